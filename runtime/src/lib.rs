@@ -1,0 +1,39 @@
+//! The run-time half of [`idempotent`](https://docs.rs/idempotent): the
+//! claim-first guard, keys, runs, outcomes and stores.
+//!
+//! Most users depend on `idempotent` and write `#[idempotent(key = "...")]`;
+//! this crate is what that attribute expands into, and it works by hand too
+//! (see [`Call`]).
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod error;
+mod fingerprint;
+mod guard;
+mod key;
+mod outcome;
+mod policy;
+mod record;
+mod run;
+mod text;
+
+pub mod store;
+
+pub use error::Error;
+pub use fingerprint::{Fingerprint, FingerprintBuilder};
+pub use guard::{Call, current_key};
+pub use key::{Key, KeyBuilder, KeyError, KeyPart, KeyPartWriter, PROVIDER_KEY_MAX};
+pub use outcome::{
+    ConflictReason, DEFAULT_CONFLICT_NOTE, DEFAULT_REPLAY_NOTE, OTHER_TOOL_NOTE, Outcome, ToolOutput,
+};
+pub use policy::{DEFAULT_LEASE, DEFAULT_RETENTION, DEFAULT_WAIT, Policy, Takeover};
+pub use record::{Ending, Finished, Recorded, ToolId};
+pub use run::Run;
+pub use store::{
+    Claim, ClaimRequest, ClaimState, IntoStore, MemoryStore, Store, StoreError, StoreFuture,
+    StoreResult, Wait, default_store, set_default_store,
+};
+pub use text::{CallId, FreeText};
+
+#[doc(hidden)]
+pub mod __private;

@@ -1,0 +1,64 @@
+//! How a call site wants its guard to behave.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+/// The default retention: a week, longer than payment providers remember
+/// idempotency keys (Stripe: 24 hours), so a late retry is still caught here.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+/// The default deadline for waiting on an in-flight duplicate.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
+
+/// The default lease on a claim. The guard renews it while the action runs,
+/// so it bounds how long a crashed holder blocks a key, not how long an
+/// action may take.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// What to do when a claim is taken over from a holder that stopped
+/// mid-action (its lease expired): it may or may not have acted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Takeover {
+    /// Run the action again. The default: the key handed to the provider
+    /// (see [`current_key`](crate::current_key)) deduplicates there, so a
+    /// half-finished first attempt is not repeated.
+    #[default]
+    Rerun,
+    /// Do not run it. Record the outcome as unknown, and answer this call and
+    /// every later one with [`Error::UnknownOutcome`](crate::Error::UnknownOutcome)
+    /// until an operator [forgets](crate::Store::forget) the key. For
+    /// providers that take no key.
+    ReportUnknown,
+}
+
+/// A call site's settings. Every field has a default.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// How long a finished record is kept.
+    pub retention: Duration,
+    /// How long a duplicate waits for an in-flight call before it gets
+    /// [`Error::InProgress`](crate::Error::InProgress).
+    pub wait: Duration,
+    /// The claim's lease (see [`DEFAULT_LEASE`]).
+    pub lease: Duration,
+    /// What a takeover does.
+    pub takeover: Takeover,
+    /// The note a replay carries for the model.
+    pub replay_note: Option<Cow<'static, str>>,
+    /// The note a conflict on arguments carries for the model.
+    pub conflict_note: Option<Cow<'static, str>>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            retention: DEFAULT_RETENTION,
+            wait: DEFAULT_WAIT,
+            lease: DEFAULT_LEASE,
+            takeover: Takeover::Rerun,
+            replay_note: None,
+            conflict_note: None,
+        }
+    }
+}

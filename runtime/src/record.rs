@@ -1,0 +1,174 @@
+//! What a finished action leaves behind: its result, and how it ended.
+
+use std::any::Any;
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::Error;
+
+/// The identity of a tool: its module path and function name, such as
+/// `shop::tools::refund_order`. Stable across builds; recorded with each
+/// claim, so that two tools whose keys render alike never share a result.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ToolId(Cow<'static, str>);
+
+impl ToolId {
+    /// A tool id from static text; costs nothing.
+    pub const fn new(id: &'static str) -> ToolId {
+        ToolId(Cow::Borrowed(id))
+    }
+
+    /// A tool id built at run time.
+    pub fn owned(id: impl Into<String>) -> ToolId {
+        ToolId(Cow::Owned(id.into()))
+    }
+
+    /// The id's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&'static str> for ToolId {
+    fn from(id: &'static str) -> ToolId {
+        ToolId::new(id)
+    }
+}
+
+impl From<String> for ToolId {
+    fn from(id: String) -> ToolId {
+        ToolId::owned(id)
+    }
+}
+
+impl fmt::Debug for ToolId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ToolId({:?})", self.as_str())
+    }
+}
+
+impl fmt::Display for ToolId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+trait Erased: Any + Send + Sync {
+    fn to_json(&self) -> serde_json::Result<String>;
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<T: Serialize + Send + Sync + 'static> Erased for T {
+    fn to_json(&self) -> serde_json::Result<String> {
+        serde_json::to_string(self)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[derive(Clone)]
+enum Repr {
+    Typed(Arc<dyn Erased>),
+    Json(Arc<str>),
+}
+
+/// A recorded value: the result (or recorded error) of a finished action.
+///
+/// The memory store keeps the typed value and replays a clone of it; durable
+/// stores keep its JSON and replay it byte for byte. Cloning is cheap.
+#[derive(Clone)]
+pub struct Recorded(Repr);
+
+impl Recorded {
+    /// Records a typed value.
+    pub fn typed<T: Serialize + Send + Sync + 'static>(value: T) -> Recorded {
+        Recorded(Repr::Typed(Arc::new(value)))
+    }
+
+    /// A value read back from a store, as JSON text.
+    pub fn from_json(json: impl Into<Arc<str>>) -> Recorded {
+        Recorded(Repr::Json(json.into()))
+    }
+
+    /// The value as JSON text, for a store to write.
+    pub fn to_json(&self) -> Result<Cow<'_, str>, Error> {
+        match &self.0 {
+            Repr::Typed(value) => value.to_json().map(Cow::Owned).map_err(Error::Codec),
+            Repr::Json(json) => Ok(Cow::Borrowed(json)),
+        }
+    }
+
+    /// Reads the value back as `T`.
+    pub fn decode<T: DeserializeOwned + Clone + 'static>(&self) -> Result<T, Error> {
+        match &self.0 {
+            Repr::Typed(value) => match value.as_any().downcast_ref::<T>() {
+                Some(value) => Ok(value.clone()),
+                None => {
+                    let json = value.to_json().map_err(Error::Codec)?;
+                    serde_json::from_str(&json).map_err(Error::Codec)
+                }
+            },
+            Repr::Json(json) => serde_json::from_str(json).map_err(Error::Codec),
+        }
+    }
+}
+
+impl fmt::Debug for Recorded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Repr::Typed(_) => f.write_str("Recorded(<typed>)"),
+            Repr::Json(json) => write!(f, "Recorded({json})"),
+        }
+    }
+}
+
+/// How a finished action ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Ending {
+    /// It returned a result.
+    Ok,
+    /// It returned an error that was recorded as final.
+    Err,
+    /// A holder crashed mid-action, and the takeover policy recorded the
+    /// outcome as unknown instead of running it again.
+    Unknown,
+}
+
+impl Ending {
+    /// The name stores write.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ending::Ok => "ok",
+            Ending::Err => "err",
+            Ending::Unknown => "unknown",
+        }
+    }
+
+    /// Parses what [`Ending::as_str`] wrote.
+    pub fn parse(text: &str) -> Option<Ending> {
+        match text {
+            "ok" => Some(Ending::Ok),
+            "err" => Some(Ending::Err),
+            "unknown" => Some(Ending::Unknown),
+            _ => None,
+        }
+    }
+}
+
+/// A finished action's record, as a store keeps it.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    /// How it ended.
+    pub ending: Ending,
+    /// Its result or recorded error (JSON `null` for an unknown outcome).
+    pub value: Recorded,
+    /// When it finished.
+    pub finished_at: SystemTime,
+}

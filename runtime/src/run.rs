@@ -1,0 +1,96 @@
+//! The run: the agent run a key is scoped to.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::key::{KeyPart, KeyPartWriter};
+
+tokio::task_local! {
+    static RUN: Run;
+}
+
+/// The id of one agent run. Keys name the run so that the same action in two
+/// runs is two actions, and the same action twice in one run is one.
+///
+/// A run is never empty. Enter one around an agent run with [`Run::scope`];
+/// `<run>` in a key template then reads it. A tool with an argument named
+/// `run` uses that argument instead.
+///
+/// ```
+/// use idempotent_runtime::Run;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), idempotent_runtime::Error> {
+/// let run = Run::new("run-7")?;
+/// let seen = run.scope(async { Run::current() }).await;
+/// assert_eq!(seen.as_ref().map(Run::as_str), Some("run-7"));
+/// assert!(Run::current().is_none());
+/// # Ok(()) }
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Run(Arc<str>);
+
+impl Run {
+    /// Makes a run id. Fails with [`Error::EmptyRun`] on empty text.
+    pub fn new(id: impl Into<String>) -> Result<Run, Error> {
+        let id: String = id.into();
+        if id.is_empty() {
+            return Err(Error::EmptyRun);
+        }
+        Ok(Run(Arc::from(id)))
+    }
+
+    /// The run's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The run in scope on this task, if any.
+    pub fn current() -> Option<Run> {
+        RUN.try_with(Run::clone).ok()
+    }
+
+    /// Runs `fut` with this run in scope: `<run>` in keys reads it.
+    ///
+    /// The scope is task-local. A task spawned inside it does not inherit it:
+    /// enter the scope again in the task, or pass the run as an argument.
+    pub fn scope<F: Future>(self, fut: F) -> impl Future<Output = F::Output> {
+        RUN.scope(self, fut)
+    }
+}
+
+impl TryFrom<String> for Run {
+    type Error = Error;
+    fn try_from(id: String) -> Result<Run, Error> {
+        Run::new(id)
+    }
+}
+
+impl From<Run> for String {
+    fn from(run: Run) -> String {
+        run.0.to_string()
+    }
+}
+
+impl KeyPart for Run {
+    fn write_key_part(&self, out: &mut KeyPartWriter<'_>) {
+        out.write_str(&self.0)
+    }
+}
+
+impl fmt::Display for Run {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Run {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Run({:?})", &*self.0)
+    }
+}
