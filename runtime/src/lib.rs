@@ -19,6 +19,9 @@ mod text;
 
 pub mod store;
 
+#[cfg(feature = "testing")]
+pub mod testing;
+
 pub use error::Error;
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use guard::{Call, current_key};
