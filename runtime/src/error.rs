@@ -52,7 +52,9 @@ pub enum Error {
 
     /// This holder's claim was taken over by another after its lease
     /// expired. Its result was not recorded; the new holder's stands.
-    #[error("the claim on key `{key}` was taken over after its lease expired; this result was not recorded")]
+    #[error(
+        "the claim on key `{key}` was taken over after its lease expired; this result was not recorded"
+    )]
     LeaseLost {
         /// The key whose claim was lost.
         key: Key,

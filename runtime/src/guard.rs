@@ -13,8 +13,8 @@ use tokio::time::Instant;
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
-use crate::outcome::{DEFAULT_CONFLICT_NOTE, DEFAULT_REPLAY_NOTE, OTHER_TOOL_NOTE, Outcome};
 use crate::outcome::ConflictReason;
+use crate::outcome::{DEFAULT_CONFLICT_NOTE, DEFAULT_REPLAY_NOTE, OTHER_TOOL_NOTE, Outcome};
 use crate::policy::{Policy, Takeover};
 use crate::record::{Ending, Finished, Recorded, ToolId};
 use crate::store::{Claim, ClaimRequest, ClaimState, IntoStore, Store, StoreError, default_store};
@@ -226,7 +226,11 @@ impl Call {
         self.execute(action, Some(codec)).await
     }
 
-    async fn execute<T, E, F>(self, action: F, errors: Option<ErrorCodec<E>>) -> Result<Outcome<T>, E>
+    async fn execute<T, E, F>(
+        self,
+        action: F,
+        errors: Option<ErrorCodec<E>>,
+    ) -> Result<Outcome<T>, E>
     where
         F: Future<Output = Result<T, E>>,
         T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
@@ -239,7 +243,10 @@ impl Call {
             policy,
             store,
         } = self;
-        if ACTIVE.try_with(|active| active.holds(&key)).unwrap_or(false) {
+        if ACTIVE
+            .try_with(|active| active.holds(&key))
+            .unwrap_or(false)
+        {
             return Err(Error::Reentrant { key }.into());
         }
         let store = store.unwrap_or_else(default_store);

@@ -5,13 +5,11 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 
 /// The note a replay carries when the tool sets none.
-pub const DEFAULT_REPLAY_NOTE: &str =
-    "This action was already carried out earlier in this run; the result above is the original one. \
+pub const DEFAULT_REPLAY_NOTE: &str = "This action was already carried out earlier in this run; the result above is the original one. \
      Nothing new was done, and nothing more is needed.";
 
 /// The note a conflict on arguments carries when the tool sets none.
-pub const DEFAULT_CONFLICT_NOTE: &str =
-    "This action was already asked for with different details, and the first request stands; \
+pub const DEFAULT_CONFLICT_NOTE: &str = "This action was already asked for with different details, and the first request stands; \
      nothing new was done. If a second, separate action is really wanted, ask the user.";
 
 /// The note a conflict with another tool carries.

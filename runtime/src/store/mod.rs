@@ -197,8 +197,7 @@ pub trait Store: Send + Sync + 'static {
     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>>;
 
     /// Extends a held claim's lease, for actions longer than it.
-    fn extend<'a>(&'a self, claim: &'a Claim, lease: Duration)
-    -> StoreFuture<'a, StoreResult<()>>;
+    fn extend<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>>;
 
     /// Removes finished records whose retention has passed. Returns how many
     /// were removed. Never removes a held claim.

@@ -1,0 +1,129 @@
+//! The memory store: the whole adversarial suite, plus what only an
+//! in-process store can show (a paused clock, a million keys).
+
+mod adversarial;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use adversarial::{PayError, Provider, fresh_run, refund_call, refund_key};
+use idempotent::{Call, Error, Key, MemoryStore, Run, Store};
+
+async fn memory() -> Option<Arc<dyn Store>> {
+    Some(Arc::new(MemoryStore::new()))
+}
+
+adversarial_suite!(memory());
+
+#[tokio::test(start_paused = true)]
+async fn a_record_is_replayed_within_its_retention_and_forgotten_after() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let run = fresh_run();
+    let provider = Provider::default();
+    let refund = || {
+        refund_call(&store, &run, "1182", 42)
+            .retention(Duration::from_secs(3600))
+            .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
+    };
+    assert!(refund().await.expect("first").is_fresh());
+    tokio::time::advance(Duration::from_secs(3599)).await;
+    assert!(refund().await.expect("within retention").is_replay());
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert!(refund().await.expect("after retention").is_fresh());
+    assert_eq!(provider.refunds(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_default_retention_outlasts_a_providers_key_memory() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let run = fresh_run();
+    let provider = Provider::default();
+    let refund = || {
+        refund_call(&store, &run, "1182", 42)
+            .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
+    };
+    assert!(refund().await.expect("first").is_fresh());
+    // Stripe forgets keys after 24 hours; a retry six days later is still caught.
+    tokio::time::advance(Duration::from_secs(6 * 24 * 3600)).await;
+    assert!(refund().await.expect("six days later").is_replay());
+    assert_eq!(provider.refunds(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn sweeping_keeps_memory_bounded_over_a_million_unique_keys() {
+    let store = Arc::new(MemoryStore::new());
+    let run = Run::new("run-1").expect("run");
+    let mut peak = 0;
+    for order in 0..1_000_000u32 {
+        let key = Key::builder()
+            .part("run", &run)
+            .and_then(|b| b.literal(":refund:"))
+            .and_then(|b| b.part("order_id", &order))
+            .and_then(|b| b.finish())
+            .expect("key");
+        Call::new("shop::refund_order", key)
+            .store(&store)
+            .retention(Duration::from_secs(1))
+            .run(async { Ok::<_, Error>(order) })
+            .await
+            .expect("outcome");
+        if order % 1000 == 999 {
+            // A thousand calls per simulated second: about 1,000 records are
+            // live at any moment.
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        peak = peak.max(store.len());
+    }
+    assert!(peak <= 4096, "the store grew to {peak} records");
+}
+
+#[tokio::test]
+async fn a_purge_removes_only_expired_records() {
+    let store = Arc::new(MemoryStore::new());
+    let run = fresh_run();
+    for (order, retention) in [("1", Duration::ZERO), ("2", Duration::from_secs(3600))] {
+        Call::new("shop::refund_order", refund_key(&run, order))
+            .store(&store)
+            .retention(retention)
+            .run(async { Ok::<_, Error>(()) })
+            .await
+            .expect("outcome");
+    }
+    assert_eq!(store.purge_expired().await.expect("purge"), 1);
+    assert_eq!(store.len(), 1);
+}
+
+#[tokio::test]
+async fn a_key_naming_the_run_outside_a_run_scope_is_refused() {
+    let built = Key::builder().run();
+    assert!(matches!(built.err(), Some(Error::MissingRun)));
+    let run = Run::new("run-9").expect("run");
+    let key = run
+        .scope(async {
+            Key::builder()
+                .run()
+                .and_then(|b| b.literal(":refund:"))
+                .and_then(|b| b.part("order_id", "1182"))
+                .and_then(|b| b.finish())
+        })
+        .await
+        .expect("key");
+    assert_eq!(key.as_str(), "run-9:refund:1182");
+}
+
+#[test]
+fn an_empty_run_is_refused() {
+    assert!(matches!(Run::new(""), Err(Error::EmptyRun)));
+}
+
+#[tokio::test]
+async fn the_default_store_can_be_switched_in_one_line() {
+    let store = Arc::new(MemoryStore::new());
+    idempotent::set_default_store(store.clone());
+    let run = fresh_run();
+    Call::new("shop::refund_order", refund_key(&run, "1182"))
+        .run(async { Ok::<_, Error>(()) })
+        .await
+        .expect("outcome");
+    assert!(store.len() >= 1, "the call used the switched default store");
+}
