@@ -427,14 +427,12 @@ impl Drop for Holding {
         // releases on a spawned task; with no runtime left, its lease frees
         // the claim.
         let pending = self.store.release(&self.claim).into_ready().is_err();
-        if pending {
-            if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                let store = Arc::clone(&self.store);
-                let claim = self.claim.clone();
-                handle.spawn(async move {
-                    let _ = store.release(&claim).await;
-                });
-            }
+        if let (true, Ok(handle)) = (pending, tokio::runtime::Handle::try_current()) {
+            let store = Arc::clone(&self.store);
+            let claim = self.claim.clone();
+            handle.spawn(async move {
+                let _ = store.release(&claim).await;
+            });
         }
     }
 }
