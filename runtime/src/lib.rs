@@ -22,6 +22,13 @@ pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+#[cfg(any(feature = "rig", feature = "rmcp"))]
+mod adapters;
+#[cfg(feature = "rig")]
+pub use adapters::rig;
+#[cfg(feature = "rmcp")]
+pub use adapters::rmcp;
+
 pub use error::Error;
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use guard::{Call, current_key};
