@@ -20,7 +20,10 @@ use ::rmcp::ErrorData;
 use ::rmcp::RoleServer;
 use ::rmcp::handler::server::common::FromContextPart;
 use ::rmcp::handler::server::tool::{IntoCallToolResult, ToolCallContext};
-use ::rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, IntoContents, MetaObject};
+use ::rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, IntoContents,
+    MetaObject, RequestMetaObject,
+};
 use ::rmcp::service::RequestContext;
 use serde::Serialize;
 
@@ -63,6 +66,26 @@ pub fn run_of(context: &RequestContext<RoleServer>) -> Result<Run, ErrorData> {
         ),
         None,
     ))
+}
+
+/// Names `run` in a `tools/call` request's `_meta`, for a client written
+/// with rmcp: the server's `run: Run` parameter reads it.
+///
+/// ```
+/// use idempotent_runtime::{Run, rmcp::{RUN_META_KEY, with_run}};
+/// use rmcp::model::CallToolRequestParams;
+///
+/// let params = with_run(CallToolRequestParams::new("refund_order"), &Run::new("run-7")?);
+/// let meta = params.meta.as_ref().and_then(|meta| meta.get(RUN_META_KEY));
+/// assert_eq!(meta, Some(&serde_json::json!("run-7")));
+/// # Ok::<(), idempotent_runtime::Error>(())
+/// ```
+pub fn with_run(mut params: CallToolRequestParams, run: &Run) -> CallToolRequestParams {
+    params
+        .meta
+        .get_or_insert_with(RequestMetaObject::new)
+        .insert(RUN_META_KEY.into(), run.as_str().into());
+    params
 }
 
 /// `run: Run` as a tool method's parameter, filled by [`run_of`].
