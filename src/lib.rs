@@ -3,3 +3,66 @@
 #![deny(missing_docs)]
 
 pub use idempotent_runtime::*;
+
+/// Makes an async tool carry out its action once per ask.
+///
+/// ```
+/// use idempotent::{idempotent, Outcome, Run};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Debug, thiserror::Error)]
+/// enum PayError {
+///     #[error(transparent)]
+///     Idempotency(#[from] idempotent::Error),
+/// }
+///
+/// #[derive(Clone, Serialize, Deserialize)]
+/// struct Refund { order_id: String, usd: u64 }
+///
+/// #[idempotent(key = "<run>:refund:<order_id>")]
+/// async fn refund_order(
+///     run: Run,
+///     order_id: String,
+///     usd: u64,
+///     #[free_text] reason: String,
+/// ) -> Result<Outcome<Refund>, PayError> {
+///     // The provider is called here, once per ask.
+///     Ok(Refund { order_id, usd })
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), PayError> {
+/// let run = Run::new("run-7")?;
+/// let first = refund_order(run.clone(), "1182".into(), 42, "damaged".into()).await?;
+/// let again = refund_order(run.clone(), "1182".into(), 42, "it arrived broken".into()).await?;
+/// assert!(first.is_fresh());
+/// assert!(again.is_replay());
+/// # Ok(()) }
+/// ```
+pub use idempotent_macros::idempotent;
+
+/// Lets a newtype or a fieldless enum be part of an idempotency key.
+///
+/// ```
+/// use idempotent::{Key, KeyPart};
+///
+/// #[derive(KeyPart)]
+/// struct OrderId(u64);
+///
+/// #[derive(KeyPart)]
+/// enum Currency {
+///     Usd,
+///     #[key_part(rename = "eur")]
+///     Euro,
+/// }
+///
+/// let key = Key::builder()
+///     .part("order", &OrderId(1182))?
+///     .literal(":")?
+///     .part("currency", &Currency::Euro)?
+///     .finish()?;
+/// assert_eq!(key.as_str(), "1182:eur");
+/// # let _ = Currency::Usd;
+/// # Ok::<(), idempotent::Error>(())
+/// ```
+pub use idempotent_macros::KeyPart;

@@ -1,0 +1,179 @@
+//! Writes the guarded function.
+//!
+//! Only the body changes. It becomes, in order:
+//! 1. the key, built from the template (`Key::builder()`), each placeholder's
+//!    value checked as a `KeyPart` at the key string;
+//! 2. the fingerprint of every argument that is neither in the key nor free
+//!    text, a call id or context, each checked as `Serialize` at its type;
+//! 3. the call site's options on an `idempotent::Call`;
+//! 4. the original body, as an `async move` block, handed to the guard.
+//!
+//! If the key cannot be built (no run in scope, an empty value), the tool
+//! returns the error through its own `E` and the body does not run.
+//! Internal names are hygienic (`Span::mixed_site`), so arguments named
+//! `key`, `store`, `guard` or `__x` are the user's own.
+
+use proc_macro2::{Delimiter, Group, Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Ident, ItemFn, LitStr, Type};
+
+use crate::args::{self, Args, Takeover};
+use crate::errors::Errors;
+use crate::item::{self, FnTokens};
+use crate::params::{self, Params, Role};
+use crate::template;
+use crate::validate::{self, Key, Part};
+
+/// The whole attribute: checks everything, then writes the function, or the
+/// errors next to the unchanged function so that call sites still resolve.
+pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
+    let mut errors = Errors::default();
+    let mut tokens = FnTokens::new(item.clone());
+    tokens.strip_markers();
+
+    let func: ItemFn = match syn::parse2(item) {
+        Ok(func) => func,
+        Err(_) => {
+            errors.add(
+                Span::call_site(),
+                "`#[idempotent]` goes on an `async fn` with a body: a free function or a method",
+            );
+            let errors = errors.to_compile_errors();
+            let item = tokens.into_tokens();
+            return quote!(#errors #item);
+        }
+    };
+
+    let args = args::parse(args, &mut errors);
+    let params = params::read(&func.sig, &mut errors);
+    let ret = validate::signature(&func.sig, &mut errors);
+    let key = args.key.as_ref().map(|lit| {
+        let template = template::parse(lit, &mut errors);
+        validate::key(&template, &params, &func.sig.ident, lit, &mut errors)
+    });
+
+    match (ret, key, tokens.body()) {
+        (Some(ret), Some(key), Some(body)) if errors.is_empty() => {
+            let body = guarded_body(&args, &params, &key, ret, &func.sig.ident, body);
+            tokens.with_body(body)
+        }
+        _ => {
+            let errors = errors.to_compile_errors();
+            let item = tokens.into_tokens();
+            quote!(#errors #item)
+        }
+    }
+}
+
+fn guarded_body(
+    args: &Args,
+    params: &Params,
+    key: &Key,
+    ret: &Type,
+    fn_name: &Ident,
+    body: &Group,
+) -> TokenStream {
+    let (inner_attrs, stmts) = item::inner_attributes(body.stream());
+    // The body keeps its braces' span, so errors about its value point there.
+    let mut block = Group::new(Delimiter::Brace, stmts);
+    block.set_span(body.span());
+    let def = Span::mixed_site();
+    let call = Ident::new("__idempotent_call", def);
+    let key_var = Ident::new("__idempotent_key", def);
+    let error = Ident::new("__idempotent_error", def);
+    // Checks on the tool's types point at its return type.
+    let ret_span = Span::call_site().located_at(ret.span());
+
+    let key_span = args.key.as_ref().map_or(Span::call_site(), |k| {
+        Span::call_site().located_at(k.span())
+    });
+    let key_steps = key.parts.iter().map(|part| match part {
+        Part::Literal(text) => quote_spanned!(def=> .literal(#text)?),
+        Part::RunScope => quote_spanned!(def=> .run()?),
+        Part::Value { name, value } => {
+            let check = quote_spanned!(key_span=> ::idempotent::__private::key_part(&#value));
+            quote_spanned!(def=> .part(#name, #check)?)
+        }
+    });
+
+    let fingerprint_steps = params
+        .bindings
+        .iter()
+        .filter(|b| b.role == Role::Plain && !key.keyed_whole.iter().any(|k| b.ident == k))
+        .map(|b| {
+            let name = b.ident.to_string();
+            let name = name.strip_prefix("r#").unwrap_or(&name);
+            let at = Span::call_site().located_at(b.type_span);
+            let ident = &b.ident;
+            let check = quote_spanned!(at=> ::idempotent::__private::fingerprinted(&#ident));
+            quote_spanned!(def=> .arg(#name, #check)?)
+        });
+
+    let tool = match &args.tool {
+        Some(tool) => quote!(#tool),
+        None => {
+            let name = LitStr::new(&fn_name.to_string(), fn_name.span());
+            quote_spanned!(def=> ::core::concat!(::core::module_path!(), "::", #name))
+        }
+    };
+
+    let options = options(args, def);
+    let fail = quote_spanned!(ret_span=> ::idempotent::__private::fail::<#ret>);
+    let run = if args.record_errors {
+        quote_spanned!(ret_span=> ::idempotent::__private::run_recording_errors::<#ret, _>)
+    } else {
+        quote_spanned!(ret_span=> ::idempotent::__private::run::<#ret, _>)
+    };
+
+    quote_spanned! {def=>
+        #inner_attrs
+        let #call = match (|| -> ::core::result::Result<::idempotent::Call, ::idempotent::Error> {
+            let #key_var = ::idempotent::Key::builder() #(#key_steps)* .finish()?;
+            ::core::result::Result::Ok(
+                ::idempotent::Call::new(#tool, #key_var)
+                    .fingerprint(::idempotent::Fingerprint::builder() #(#fingerprint_steps)* .finish())
+            )
+        })() {
+            ::core::result::Result::Ok(#call) => #call,
+            ::core::result::Result::Err(#error) => return #fail(#error),
+        };
+        #run(#call #options, async move #block).await
+    }
+}
+
+/// The call site's policy, as builder calls on `idempotent::Call`.
+fn options(args: &Args, def: Span) -> TokenStream {
+    let mut out = TokenStream::new();
+    if let Some(store) = &args.store {
+        out.extend(quote!(.store(#store)));
+    }
+    for (method, duration) in [
+        ("retention", &args.retention),
+        ("wait", &args.wait),
+        ("lease", &args.lease),
+    ] {
+        if let Some(duration) = duration {
+            let method = Ident::new(method, def);
+            let millis = duration.millis;
+            let at = Span::call_site().located_at(duration.span);
+            out.extend(quote_spanned!(at=>
+                .#method(::core::time::Duration::from_millis(#millis))
+            ));
+        }
+    }
+    if let Some(takeover) = args.takeover {
+        let variant = match takeover {
+            Takeover::Rerun => quote!(Rerun),
+            Takeover::ReportUnknown => quote!(ReportUnknown),
+        };
+        out.extend(quote_spanned!(def=> .takeover(::idempotent::Takeover::#variant)));
+    }
+    if let Some(note) = &args.note {
+        out.extend(quote_spanned!(def=> .replay_note(#note)));
+    }
+    if let Some(note) = &args.conflict_note {
+        out.extend(quote_spanned!(def=> .conflict_note(#note)));
+    }
+    out
+}

@@ -1,0 +1,242 @@
+//! The function's parameters: the names they bind, and what role each plays
+//! in a guarded call.
+//!
+//! Every name a parameter binds is one of:
+//! - **plain**: part of the ask. It may go in the key; if it does not, it is
+//!   fingerprinted, so the same key asked with other values is a conflict;
+//! - **free text**: model-authored wording (`#[free_text]`, or typed
+//!   `FreeText<_>`). Never in the key, never fingerprinted;
+//! - **a call id**: the framework's id for one tool call (`#[call_id]`, typed
+//!   `CallId`, or named `call_id` / `tool_call_id`). Never in the key, never
+//!   fingerprinted: it is new for every call;
+//! - **context**: what the framework hands the tool besides the ask
+//!   (`#[context]`, rig's `#[rig(context)]`, or a type whose name ends in
+//!   `Context`, such as `ToolContext` or `RequestContext`). Its fields may be
+//!   keyed on (`<ctx.tenant>`); it is never fingerprinted.
+//!
+//! Destructured parameters are walked, and each name they bind gets the role
+//! of its parameter.
+
+use proc_macro2::Span;
+use syn::spanned::Spanned;
+use syn::{Attribute, FnArg, Ident, Meta, Pat, Signature, Type};
+
+use crate::errors::Errors;
+
+/// The inert markers `#[idempotent]` reads on parameters and strips from its
+/// output.
+pub const MARKERS: &[&str] = &["free_text", "call_id", "context"];
+
+/// What a bound name is to the guard.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Plain,
+    FreeText(Why),
+    CallId(Why),
+    Context,
+}
+
+/// How a role was recognised, to say so in messages.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    Marker,
+    Type,
+    Name,
+}
+
+/// A name bound by a parameter.
+pub struct Binding {
+    pub ident: Ident,
+    pub role: Role,
+    /// Where a value of this name is best pointed at: the parameter's type
+    /// when the parameter is this one name, or else the name.
+    pub type_span: Span,
+}
+
+/// The parameters, read.
+pub struct Params {
+    /// The `self` token, if the function is a method.
+    pub receiver: Option<Span>,
+    pub bindings: Vec<Binding>,
+}
+
+impl Params {
+    /// The binding named `name`.
+    pub fn find(&self, name: &str) -> Option<&Binding> {
+        self.bindings.iter().find(|b| b.ident == name)
+    }
+
+    /// Every name a placeholder may start with, in order.
+    pub fn names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        if self.receiver.is_some() {
+            names.push("self".to_owned());
+        }
+        names.extend(self.bindings.iter().map(|b| b.ident.to_string()));
+        names
+    }
+}
+
+/// Reads the parameters. Misused markers go to `errors`.
+pub fn read(sig: &Signature, errors: &mut Errors) -> Params {
+    let mut params = Params {
+        receiver: None,
+        bindings: Vec::new(),
+    };
+    for input in &sig.inputs {
+        match input {
+            FnArg::Receiver(receiver) => {
+                params.receiver = Some(receiver.self_token.span);
+                for attr in &receiver.attrs {
+                    if marker_name(attr).is_some() {
+                        errors.add(
+                            attr.span(),
+                            "markers go on the arguments, not on `self`: `self` is never \
+                             fingerprinted, and only its fields may go in a key (`<self.tenant>`)",
+                        );
+                    }
+                }
+            }
+            FnArg::Typed(typed) => {
+                let role = role_of(&typed.attrs, &typed.ty, errors);
+                let whole = match &*typed.pat {
+                    Pat::Ident(p) if p.subpat.is_none() => true,
+                    _ => false,
+                };
+                let mut idents = Vec::new();
+                bound_idents(&typed.pat, &mut idents);
+                for ident in idents {
+                    let role = match role {
+                        Role::Plain if is_call_id_name(&ident.to_string()) => {
+                            Role::CallId(Why::Name)
+                        }
+                        role => role,
+                    };
+                    let type_span = if whole { typed.ty.span() } else { ident.span() };
+                    params.bindings.push(Binding {
+                        ident,
+                        role,
+                        type_span,
+                    });
+                }
+            }
+        }
+    }
+    params
+}
+
+/// Whether a name is the usual name of a tool-call id.
+pub fn is_call_id_name(name: &str) -> bool {
+    matches!(name, "call_id" | "tool_call_id")
+}
+
+/// The marker an attribute is, if it is one.
+pub fn marker_name(attr: &Attribute) -> Option<&'static str> {
+    let ident = attr.path().get_ident()?;
+    MARKERS.iter().copied().find(|m| ident == m)
+}
+
+fn role_of(attrs: &[Attribute], ty: &Type, errors: &mut Errors) -> Role {
+    let mut marked: Option<(&'static str, &Attribute)> = None;
+    let mut role = None;
+    for attr in attrs {
+        let name = match marker_name(attr) {
+            Some(name) => name,
+            None if is_rig_context(attr) => "context",
+            None => continue,
+        };
+        if let Some(marker) = marker_name(attr)
+            && !matches!(attr.meta, Meta::Path(_))
+        {
+            errors.add(
+                attr.span(),
+                format!("`#[{marker}]` takes no arguments: write `#[{marker}]`"),
+            );
+        }
+        if let Some((first, _)) = marked {
+            if first != name {
+                errors.add(
+                    attr.span(),
+                    format!(
+                        "`#[{first}]` and `#[{name}]` contradict each other: an argument is \
+                         either free text, a call id or context; keep the one it is"
+                    ),
+                );
+            } else if marker_name(attr).is_some() {
+                errors.add(attr.span(), format!("`#[{name}]` is given twice; keep one"));
+            }
+            continue;
+        }
+        marked = Some((name, attr));
+        role = Some(match name {
+            "free_text" => Role::FreeText(Why::Marker),
+            "call_id" => Role::CallId(Why::Marker),
+            _ => Role::Context,
+        });
+    }
+    if let Some(role) = role {
+        return role;
+    }
+    match type_name(ty).as_deref() {
+        Some("FreeText") => Role::FreeText(Why::Type),
+        Some("CallId") => Role::CallId(Why::Type),
+        Some(name) if name.ends_with("Context") => Role::Context,
+        _ => Role::Plain,
+    }
+}
+
+/// `#[rig(context)]`: rig's own marker for its context parameter.
+fn is_rig_context(attr: &Attribute) -> bool {
+    if !attr.path().is_ident("rig") {
+        return false;
+    }
+    let Meta::List(list) = &attr.meta else {
+        return false;
+    };
+    list.tokens
+        .clone()
+        .into_iter()
+        .any(|t| matches!(t, proc_macro2::TokenTree::Ident(i) if i == "context"))
+}
+
+/// The last path segment of a type, through references and parentheses:
+/// `FreeText` for `&FreeText<String>`.
+pub fn type_name(ty: &Type) -> Option<String> {
+    match ty {
+        Type::Reference(r) => type_name(&r.elem),
+        Type::Paren(p) => type_name(&p.elem),
+        Type::Group(g) => type_name(&g.elem),
+        Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
+        _ => None,
+    }
+}
+
+/// The names a pattern binds, as `tracing-attributes` walks them.
+fn bound_idents(pat: &Pat, out: &mut Vec<Ident>) {
+    match pat {
+        Pat::Ident(p) => {
+            out.push(p.ident.clone());
+            if let Some((_, sub)) = &p.subpat {
+                bound_idents(sub, out);
+            }
+        }
+        Pat::Reference(p) => bound_idents(&p.pat, out),
+        Pat::Paren(p) => bound_idents(&p.pat, out),
+        Pat::Type(p) => bound_idents(&p.pat, out),
+        Pat::Struct(p) => {
+            for field in &p.fields {
+                bound_idents(&field.pat, out);
+            }
+        }
+        Pat::Tuple(p) => p.elems.iter().for_each(|e| bound_idents(e, out)),
+        Pat::TupleStruct(p) => p.elems.iter().for_each(|e| bound_idents(e, out)),
+        Pat::Slice(p) => p.elems.iter().for_each(|e| bound_idents(e, out)),
+        // Every alternative binds the same names.
+        Pat::Or(p) => {
+            if let Some(first) = p.cases.first() {
+                bound_idents(first, out);
+            }
+        }
+        _ => {}
+    }
+}
