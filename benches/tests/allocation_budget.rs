@@ -1,0 +1,55 @@
+//! How many allocations a guarded call on the memory store makes beyond its
+//! action, counted by a counting global allocator.
+
+use std::sync::Arc;
+
+use idempotent::MemoryStore;
+use idempotent_benches::{
+    CountingAlloc, Network, Provider, allocations_per_call, bench_run, current_thread, refund,
+    refund_guarded,
+};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+const CALLS: u64 = 2_000;
+
+#[test]
+fn the_unguarded_refund_allocates_nothing_so_every_count_below_is_the_guards() {
+    let rt = current_thread();
+    let provider = Provider::new(Network::Instant);
+    let counts = allocations_per_call(&rt, 10, CALLS, async |i| {
+        assert!(refund(&provider, i, 42).await.is_ok());
+    });
+    assert_eq!(counts.max, 0, "{counts:?}");
+}
+
+#[test]
+fn a_fresh_guarded_call_allocates_its_key_and_its_record_and_nothing_else() {
+    let rt = current_thread();
+    let provider = Provider::new(Network::Instant);
+    let store = Arc::new(MemoryStore::new());
+    let run = bench_run();
+    let counts = allocations_per_call(&rt, 10, CALLS, async |i| {
+        let outcome = refund_guarded(&store, &provider, &run, 10_000 + i, 42).await;
+        assert!(outcome.is_ok_and(|o| o.is_fresh()));
+    });
+    // The key's `Arc<str>` and the recorded value's `Arc`; a call that grows
+    // the store's table makes one or two more.
+    assert_eq!(counts.median, 2, "{counts:?}");
+    assert!(counts.mean < 2.1, "{counts:?}");
+}
+
+#[test]
+fn a_replay_allocates_only_its_key() {
+    let rt = current_thread();
+    let provider = Provider::new(Network::Instant);
+    let store = Arc::new(MemoryStore::new());
+    let run = bench_run();
+    let counts = allocations_per_call(&rt, 10, CALLS, async |_| {
+        let outcome = refund_guarded(&store, &provider, &run, 1182, 42).await;
+        assert!(outcome.is_ok());
+    });
+    assert_eq!(counts.max, 1, "{counts:?}");
+    assert_eq!(provider.refunds(), 1);
+}
