@@ -13,7 +13,7 @@ use idempotent::{Fingerprint, MemoryStore, Run};
 use idempotent_benches::{
     AllocationCounts, CountingAlloc, Network, Provider, Refund, RefundError, allocations_per_call,
     bench_run, count_allocations, current_thread, plain_key, refund, refund_guarded, refund_key,
-    render_plain_key,
+    refund_tool, render_plain_key,
 };
 
 #[global_allocator]
@@ -74,13 +74,25 @@ fn main() {
 
     let store = Arc::new(MemoryStore::new());
     row(
-        "guarded, fresh (memory store)",
+        "#[idempotent], fresh (memory store)",
+        allocations_per_call(&rt, WARM_UP, CALLS, async |i| {
+            let _ = refund_tool(&store, &provider, &run, FIRST_ORDER * 2 + i, 42).await;
+        }),
+    );
+    row(
+        "#[idempotent], replay (memory store)",
+        allocations_per_call(&rt, WARM_UP, CALLS, async |_| {
+            let _ = refund_tool(&store, &provider, &run, 1183, 42).await;
+        }),
+    );
+    row(
+        "Call by hand, fresh (memory store)",
         allocations_per_call(&rt, WARM_UP, CALLS, async |i| {
             let _ = refund_guarded(&store, &provider, &run, fresh(i), 42).await;
         }),
     );
     row(
-        "guarded, replay (memory store)",
+        "Call by hand, replay (memory store)",
         allocations_per_call(&rt, WARM_UP, CALLS, async |_| {
             let _ = refund_guarded(&store, &provider, &run, 1182, 42).await;
         }),

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use idempotent::{MemoryStore, Run};
-use idempotent_benches::{Network, Provider, bench_run, multi_thread, refund, refund_guarded};
+use idempotent_benches::{Network, Provider, bench_run, multi_thread, refund, refund_tool};
 use tokio::runtime::Runtime;
 
 /// Calls each task makes in one round.

@@ -16,7 +16,7 @@ use dashmap::mapref::entry::Entry;
 use idempotent::{MemoryStore, Run};
 use idempotent_benches::{
     Network, Provider, Refund, RefundError, bench_run, current_thread, plain_key, refund,
-    refund_guarded, refund_guarded_for, render_plain_key,
+    refund_guarded, refund_guarded_for, refund_tool, render_plain_key,
 };
 use tokio::runtime::Runtime;
 
@@ -54,6 +54,20 @@ fn fresh(c: &mut Criterion) {
 
     // A new store per sample, dropped outside the timing: the store grows by
     // one record per call, as it would under a stream of new asks.
+    group.bench_function("idempotent_macro", |b| {
+        b.iter_custom(|iters| {
+            let store = Arc::new(MemoryStore::new());
+            let elapsed = timed(&rt, iters, async |_| {
+                next_order += 1;
+                let outcome = refund_tool(&store, &provider, &run, black_box(next_order), 42).await;
+                debug_assert!(outcome.as_ref().is_ok_and(|o| o.is_fresh()));
+                black_box(outcome.ok());
+            });
+            drop(store);
+            elapsed
+        })
+    });
+
     group.bench_function("guarded_by_hand", |b| {
         b.iter_custom(|iters| {
             let store = Arc::new(MemoryStore::new());
@@ -178,6 +192,15 @@ fn replay(c: &mut Criterion) {
     let store = Arc::new(MemoryStore::new());
     rt.block_on(refund_guarded(&store, &provider, &run, order_id, 42))
         .unwrap_or_else(|e| panic!("the first refund: {e}"));
+    group.bench_function("idempotent_macro", |b| {
+        b.iter_custom(|iters| {
+            timed(&rt, iters, async |_| {
+                let outcome = refund_tool(&store, &provider, &run, black_box(order_id), 42).await;
+                debug_assert!(outcome.as_ref().is_ok_and(|o| o.is_replay()));
+                black_box(outcome.ok());
+            })
+        })
+    });
     group.bench_function("guarded_by_hand", |b| {
         b.iter_custom(|iters| {
             timed(&rt, iters, async |_| {

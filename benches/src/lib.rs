@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use idempotent::{Call, DEFAULT_RETENTION, Fingerprint, Key, MemoryStore, Outcome, Run};
+use idempotent::{
+    Call, DEFAULT_RETENTION, Fingerprint, Key, MemoryStore, Outcome, Run, idempotent,
+};
 use serde::{Deserialize, Serialize};
 
 /// The tool id the by-hand guard records.
@@ -127,6 +129,20 @@ pub async fn refund_guarded_for(
         .retention(retention)
         .run(refund(provider, order_id, usd))
         .await
+}
+
+/// The refund tool as users write it: `#[idempotent]` on the unguarded
+/// body. The store and the provider are context, outside key and
+/// fingerprint; the amount is fingerprinted.
+#[idempotent(key = "<run>:refund:<order_id>", store = store, tool = "benches::refund")]
+pub async fn refund_tool(
+    #[context] store: &Arc<MemoryStore>,
+    #[context] provider: &Provider,
+    run: &Run,
+    order_id: u64,
+    usd: u64,
+) -> Result<Outcome<Refund>, RefundError> {
+    Ok(provider.refund(order_id, usd).await)
 }
 
 /// Renders `<run>:refund:<order_id>` into `buf` with no escaping and no

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use idempotent::MemoryStore;
 use idempotent_benches::{
     CountingAlloc, Network, Provider, allocations_per_call, bench_run, current_thread, refund,
-    refund_guarded,
+    refund_guarded, refund_tool,
 };
 
 #[global_allocator]
@@ -38,6 +38,34 @@ fn a_fresh_guarded_call_allocates_its_key_and_its_record_and_nothing_else() {
     // the store's table makes one or two more.
     assert_eq!(counts.median, 2, "{counts:?}");
     assert!(counts.mean < 2.1, "{counts:?}");
+}
+
+#[test]
+fn a_fresh_call_through_the_attribute_allocates_no_more_than_by_hand() {
+    let rt = current_thread();
+    let provider = Provider::new(Network::Instant);
+    let store = Arc::new(MemoryStore::new());
+    let run = bench_run();
+    let counts = allocations_per_call(&rt, 10, CALLS, async |i| {
+        let outcome = refund_tool(&store, &provider, &run, 10_000 + i, 42).await;
+        assert!(outcome.is_ok_and(|o| o.is_fresh()));
+    });
+    assert_eq!(counts.median, 2, "{counts:?}");
+    assert!(counts.mean < 2.1, "{counts:?}");
+}
+
+#[test]
+fn a_replay_through_the_attribute_allocates_only_its_key() {
+    let rt = current_thread();
+    let provider = Provider::new(Network::Instant);
+    let store = Arc::new(MemoryStore::new());
+    let run = bench_run();
+    let counts = allocations_per_call(&rt, 10, CALLS, async |_| {
+        let outcome = refund_tool(&store, &provider, &run, 1182, 42).await;
+        assert!(outcome.is_ok());
+    });
+    assert_eq!(counts.max, 1, "{counts:?}");
+    assert_eq!(provider.refunds(), 1);
 }
 
 #[test]
