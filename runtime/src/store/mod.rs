@@ -19,8 +19,14 @@ use crate::outcome::ConflictReason;
 use crate::record::{Finished, Recorded, ToolId};
 
 pub mod memory;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod row;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
 
 pub use memory::MemoryStore;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;
 
 /// A store's future: ready at once for in-memory stores (no allocation),
 /// boxed for stores that do I/O.
