@@ -1,1 +1,78 @@
-//! The test kit.
+//! The test kit: a scripted model, a runner and a stand-in payment provider,
+//! so a test can send a tool the duplicates a real model sends and count what
+//! reached the provider. No agent framework and no API key are needed.
+//!
+//! - [`ScriptedModel`]: steps of [`ToolCall`]s made at once, then an answer.
+//! - [`Runner`]: runs each step's calls at the same time (joined in one task,
+//!   or spawned), with a tool-call concurrency cap, and feeds the results back
+//!   to the model. It returns the [`Transcript`] of what the model saw.
+//! - [`Provider`]: keeps the first refund under a key, makes one per call
+//!   without a key, takes a real (yielding) network delay, and counts.
+//! - [`assert_one_action`] and [`assert_same_key_for_same_ask`].
+//!
+//! Enabled by the `testing` feature; the crate's own tests and examples have it.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use idempotent_runtime::testing::{
+//!     Provider, ProviderError, Refund, Runner, ScriptedModel, ToolCall, Tools, assert_one_action,
+//! };
+//! use idempotent_runtime::{Call, CallId, Key, MemoryStore, Outcome, Run, current_key};
+//! use serde_json::json;
+//!
+//! #[derive(Debug, thiserror::Error)]
+//! enum PayError {
+//!     #[error(transparent)]
+//!     Idempotency(#[from] idempotent_runtime::Error),
+//!     #[error(transparent)]
+//!     Provider(#[from] ProviderError),
+//! }
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Args { order_id: String, usd: u64 }
+//!
+//! // A guarded refund: the key names the run and the order.
+//! async fn refund(provider: Provider, store: Arc<MemoryStore>, args: Args) -> Result<Outcome<Refund>, PayError> {
+//!     let run = Run::current().ok_or(idempotent_runtime::Error::MissingRun)?;
+//!     let key = Key::builder().part("run", &run)?.literal(":refund:")?.part("order_id", &args.order_id)?.finish()?;
+//!     Call::new("shop::refund", key)
+//!         .store(store)
+//!         .run(async move {
+//!             // The guard's key, handed on as the provider's own idempotency key.
+//!             let key = current_key().map(|key| key.provider_key().into_owned());
+//!             Ok(provider.refund(&args.order_id, args.usd, key.as_deref()).await?)
+//!         })
+//!         .await
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), idempotent_runtime::Error> {
+//! let provider = Provider::with_delay(Duration::from_millis(1));
+//! let store = Arc::new(MemoryStore::new());
+//! let tools = Tools::new().tool("refund_order", {
+//!     let provider = provider.clone();
+//!     move |args: Args, _call: CallId| refund(provider.clone(), Arc::clone(&store), args)
+//! });
+//!
+//! // The model asks for the same refund twice in one step, under two ids.
+//! let ask = ToolCall::new("call_a", "refund_order", json!({ "order_id": "1182", "usd": 42 }));
+//! let model = ScriptedModel::new().step([ask.clone(), ask.with_id("call_b")]).answer("Refunded.");
+//! let transcript = Runner::new().in_run(Run::new("run-1")?).run(model, &tools).await;
+//!
+//! assert_one_action(&provider);
+//! assert_eq!(transcript.result("call_b").and_then(|r| r.status()), Some("replay"));
+//! # Ok(()) }
+//! ```
+
+mod assert;
+mod model;
+mod provider;
+mod runner;
+mod tools;
+
+pub use assert::{assert_one_action, assert_same_key_for_same_ask};
+pub use model::{ScriptedModel, ToolCall, Turn};
+pub use provider::{DEFAULT_DELAY, Provider, ProviderError, Received, Refund};
+pub use runner::{Concurrency, Runner, ToolResult, Transcript};
+pub use tools::Tools;
