@@ -72,15 +72,11 @@ async fn round(shared: &Arc<Shared>, tasks: u64, keys: Keys, variant: Variant) {
                 for call in 0..CALLS_PER_TASK {
                     let order_id = keys.order(base, task, call);
                     let ok = match variant {
-                        Variant::Guarded => refund_guarded(
-                            &shared.store,
-                            &shared.provider,
-                            &shared.run,
-                            order_id,
-                            42,
-                        )
-                        .await
-                        .is_ok(),
+                        Variant::Guarded => {
+                            refund_tool(&shared.store, &shared.provider, &shared.run, order_id, 42)
+                                .await
+                                .is_ok()
+                        }
                         Variant::Unguarded => refund(&shared.provider, order_id, 42).await.is_ok(),
                     };
                     assert!(ok, "a benchmark refund failed");

@@ -14,9 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use idempotent::{
-    Call, DEFAULT_RETENTION, Fingerprint, Key, MemoryStore, Outcome, Run, idempotent,
-};
+use idempotent::{Call, DEFAULT_RETENTION, Fingerprint, Key, Outcome, Run, Store, idempotent};
 use serde::{Deserialize, Serialize};
 
 /// The tool id the by-hand guard records.
@@ -101,8 +99,8 @@ pub fn refund_key(run: &Run, order_id: u64) -> Result<Key, idempotent::Error> {
 
 /// The refund tool guarded by hand with [`Call`]: key on the run and the
 /// order, fingerprint the amount, keep the record for the default retention.
-pub async fn refund_guarded(
-    store: &Arc<MemoryStore>,
+pub async fn refund_guarded<S: Store>(
+    store: &Arc<S>,
     provider: &Provider,
     run: &Run,
     order_id: u64,
@@ -113,8 +111,8 @@ pub async fn refund_guarded(
 
 /// [`refund_guarded`], keeping the record for `retention`. A zero retention
 /// lets the store sweep records as fast as they come, so it stays small.
-pub async fn refund_guarded_for(
-    store: &Arc<MemoryStore>,
+pub async fn refund_guarded_for<S: Store>(
+    store: &Arc<S>,
     provider: &Provider,
     run: &Run,
     order_id: u64,
@@ -135,8 +133,8 @@ pub async fn refund_guarded_for(
 /// body. The store and the provider are context, outside key and
 /// fingerprint; the amount is fingerprinted.
 #[idempotent(key = "<run>:refund:<order_id>", store = store, tool = "benches::refund")]
-pub async fn refund_tool(
-    #[context] store: &Arc<MemoryStore>,
+pub async fn refund_tool<S: Store>(
+    #[context] store: &Arc<S>,
     #[context] provider: &Provider,
     run: &Run,
     order_id: u64,
