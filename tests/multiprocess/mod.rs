@@ -60,10 +60,10 @@ impl Proc {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                if let Some(said) = line.strip_prefix("@@") {
-                    if tx.send(said.to_owned()).is_err() {
-                        break;
-                    }
+                if let Some(said) = line.strip_prefix("@@")
+                    && tx.send(said.to_owned()).is_err()
+                {
+                    break;
                 }
             }
         });

@@ -19,12 +19,16 @@ use crate::outcome::ConflictReason;
 use crate::record::{Finished, Recorded, ToolId};
 
 pub mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod row;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 

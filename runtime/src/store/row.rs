@@ -4,7 +4,9 @@
 //! claim statement has returned someone else's row, they judge it alike,
 //! here, so the fingerprint and tool are checked the same way on every path.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+#[cfg(feature = "sqlite")]
+use std::time::UNIX_EPOCH;
+use std::time::{Duration, SystemTime};
 
 use super::{ClaimRequest, ClaimState, StoreError, StoreResult};
 use crate::outcome::ConflictReason;
@@ -24,6 +26,7 @@ pub(crate) fn millis(d: Duration) -> i64 {
 }
 
 /// Milliseconds since the Unix epoch (negative before it).
+#[cfg(feature = "sqlite")]
 pub(crate) fn unix_millis(t: SystemTime) -> i64 {
     match t.duration_since(UNIX_EPOCH) {
         Ok(after) => millis(after),
@@ -32,6 +35,7 @@ pub(crate) fn unix_millis(t: SystemTime) -> i64 {
 }
 
 /// The time a store wrote with [`unix_millis`].
+#[cfg(feature = "sqlite")]
 pub(crate) fn from_unix_millis(ms: i64) -> SystemTime {
     let magnitude = Duration::from_millis(ms.unsigned_abs());
     if ms >= 0 {
@@ -219,6 +223,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "sqlite")]
     fn times_survive_a_round_trip_at_millisecond_precision() {
         let t = UNIX_EPOCH + Duration::from_millis(1_780_000_000_123);
         assert_eq!(from_unix_millis(unix_millis(t)), t);

@@ -1,0 +1,960 @@
+//! The Postgres store: durable claims shared by processes on several hosts.
+
+use std::fmt;
+use std::future::{Future, poll_fn};
+use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime};
+
+use dashmap::DashMap;
+use deadpool_postgres::{Manager, Pool, PoolError, Runtime};
+use tokio::sync::watch;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{AsyncMessage, Config, NoTls, Socket};
+
+use super::row::{self, Backoff, LEASE_MARGIN, Row, RowState, Verdict};
+use super::{Claim, ClaimRequest, ClaimState, Store, StoreError, StoreFuture, StoreResult, Wait};
+use crate::key::Key;
+use crate::record::Finished;
+
+/// The deadpool-postgres crate this store is built on, to build a pool of
+/// the matching version for [`PostgresStore::from_pool`].
+pub use deadpool_postgres;
+/// The tokio-postgres crate this store is built on.
+pub use tokio_postgres;
+
+/// The schema [`PostgresStore::migrate`] applies, for a DBA to read or
+/// apply by hand.
+pub const POSTGRES_SCHEMA: &str = include_str!("postgres/schema.sql");
+
+/// The channel completions and releases notify, with the key digest in hex.
+pub const NOTIFY_CHANNEL: &str = "idempotent_claims";
+
+/// How many rows one purge statement deletes at most.
+pub const DEFAULT_PURGE_BATCH: usize = 1000;
+
+/// The most a waiter sleeps before it looks at the claim again even though
+/// no notification came: a bound on how long a lost notification (say, the
+/// listening connection dropped) can delay it.
+pub const RECHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// How often a waiter polls when it cannot listen (a store built from an
+/// application's pool without [`PostgresStore::listen_with`]): first pause,
+/// doubled up to the second.
+const POLL: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(250));
+
+/// How many times a claim is retried when it lost a race in a way that left
+/// it nothing to read (see [`CLAIM`]).
+const CLAIM_ATTEMPTS: usize = 8;
+
+/// One statement, one round trip. It reads the row for the key; takes it
+/// over if its lease ran out (for the same tool and arguments) or its record
+/// expired; inserts a claim if there was no row; and returns either the
+/// claim it made (`mine`) or the row it found.
+///
+/// Finding a row locks nothing and writes nothing: a replay, a conflict or
+/// a claim in flight costs one read, without a WAL flush.
+///
+/// All parts share one snapshot (READ COMMITTED). If another caller inserted
+/// the key after the snapshot was taken, the insert does nothing and there
+/// was nothing to read: the statement returns no row. If the row changed
+/// after the snapshot (taken over, purged), the takeover re-checks it as it
+/// is now and does nothing, and the row read from the snapshot looks
+/// takeable (`stale`). Either way the caller runs the statement again with a
+/// new snapshot, and checks tool and fingerprint on what it gets.
+const CLAIM: &str = "\
+WITH existing AS (
+    SELECT fence, taken_over, key_text, tool, fingerprint, state, owner,
+           lease_until, ending, result, finished_at, expires_at
+    FROM idempotent_claims
+    WHERE key_digest = $1::bytea
+),
+taken AS (
+    UPDATE idempotent_claims AS c SET
+        key_text = $2::text,
+        tool = $3::text,
+        fingerprint = $4::bytea,
+        state = 'held',
+        owner = $5::bytea,
+        fence = c.fence + 1,
+        taken_over = (c.state = 'held'),
+        lease_until = now() + $6::bigint * interval '1 millisecond',
+        expires_at = now() + ($6::bigint + $7::bigint) * interval '1 millisecond',
+        ending = NULL,
+        result = NULL,
+        finished_at = NULL
+    WHERE c.key_digest = $1::bytea
+      AND ((c.state = 'held' AND c.lease_until <= now()
+            AND c.tool = $3::text AND c.fingerprint = $4::bytea)
+           OR (c.state = 'done' AND c.expires_at <= now()))
+    RETURNING c.fence, c.taken_over
+),
+inserted AS (
+    INSERT INTO idempotent_claims
+        (key_digest, key_text, tool, fingerprint, state, owner, fence, taken_over,
+         lease_until, expires_at)
+    SELECT $1::bytea, $2::text, $3::text, $4::bytea, 'held', $5::bytea, 1, false,
+           now() + $6::bigint * interval '1 millisecond',
+           now() + ($6::bigint + $7::bigint) * interval '1 millisecond'
+    WHERE NOT EXISTS (SELECT 1 FROM existing)
+    ON CONFLICT (key_digest) DO NOTHING
+    RETURNING fence, taken_over
+),
+mine AS (
+    SELECT fence, taken_over FROM taken
+    UNION ALL
+    SELECT fence, taken_over FROM inserted
+)
+SELECT true AS mine, fence, taken_over,
+       NULL::text AS key_text, NULL::text AS tool, NULL::bytea AS fingerprint,
+       NULL::text AS state, NULL::bytea AS owner, NULL::bigint AS lease_left_ms,
+       NULL::text AS ending, NULL::text AS result, NULL::timestamptz AS finished_at,
+       false AS stale
+FROM mine
+UNION ALL
+SELECT false, fence, taken_over, key_text, tool, fingerprint, state, owner,
+       GREATEST(0, CEIL(EXTRACT(EPOCH FROM (lease_until - now())) * 1000))::bigint,
+       ending, result, finished_at,
+       (state = 'done' AND expires_at <= now())
+         OR (state = 'held' AND lease_until <= now()
+             AND tool = $3::text AND fingerprint = $4::bytea)
+FROM existing
+WHERE NOT EXISTS (SELECT 1 FROM mine)";
+
+const COMPLETE: &str = "\
+WITH done AS (
+    UPDATE idempotent_claims
+    SET state = 'done', ending = $4, result = $5, finished_at = $6, lease_until = NULL,
+        expires_at = now() + $7::bigint * interval '1 millisecond'
+    WHERE key_digest = $1 AND state = 'held' AND owner = $2 AND fence = $3
+    RETURNING key_digest
+)
+SELECT pg_notify('idempotent_claims', encode(key_digest, 'hex')) FROM done";
+
+const RELEASE: &str = "\
+WITH gone AS (
+    DELETE FROM idempotent_claims
+    WHERE key_digest = $1 AND state = 'held' AND owner = $2 AND fence = $3
+    RETURNING key_digest
+)
+SELECT pg_notify('idempotent_claims', encode(key_digest, 'hex')) FROM gone";
+
+const EXTEND: &str = "\
+UPDATE idempotent_claims
+SET lease_until = now() + $4::bigint * interval '1 millisecond',
+    expires_at = now() + ($4::bigint + $5::bigint) * interval '1 millisecond'
+WHERE key_digest = $1 AND state = 'held' AND owner = $2 AND fence = $3";
+
+const HELD_BY: &str = "\
+SELECT GREATEST(0, CEIL(EXTRACT(EPOCH FROM (lease_until - now())) * 1000))::bigint
+FROM idempotent_claims
+WHERE key_digest = $1 AND state = 'held' AND owner = $2 AND fence = $3 AND lease_until > now()";
+
+/// Locks the batch it deletes, skipping rows a claim is changing, and checks
+/// the conditions again on the row as it is when deleted.
+const PURGE: &str = "\
+WITH batch AS (
+    SELECT key_digest FROM idempotent_claims
+    WHERE expires_at <= now() AND (state = 'done' OR lease_until <= now())
+    ORDER BY expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM idempotent_claims c USING batch
+WHERE c.key_digest = batch.key_digest
+  AND c.expires_at <= now() AND (c.state = 'done' OR c.lease_until <= now())";
+
+const FORGET: &str = "DELETE FROM idempotent_claims WHERE key_digest = $1 AND state = 'done'";
+
+const MIGRATE_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('idempotent_claims')::bigint)";
+
+/// Claims and records in Postgres, for processes on several hosts.
+///
+/// - **Set-up.** [`PostgresStore::connect`] with a URL, or
+///   [`PostgresStore::from_pool`] with the application's own
+///   deadpool-postgres pool. The schema is created by an explicit
+///   [`PostgresStore::migrate`], or by a DBA from [`POSTGRES_SCHEMA`].
+/// - **One round trip per step.** A claim is one statement: a CTE that
+///   reads the key's row, takes it over if it may, or inserts with `ON
+///   CONFLICT DO NOTHING`, and returns what it did or found. A fresh claim,
+///   a replay, a conflict and finding a claim in flight each take one round
+///   trip; a replay writes nothing. A claim that loses the race for a
+///   brand-new key to a concurrent insert takes one more. Completion,
+///   release and renewal take one each. Statements are prepared once per
+///   pooled connection.
+/// - **Leases and fences.** A claim carries a random owner token, a fence
+///   and a lease measured by the database's clock. The guard renews the
+///   lease while the action runs; if the holder's process or host dies, the
+///   lease runs out and the next caller takes the claim over, bumping the
+///   fence. The dead holder's completion, should it ever come, changes
+///   nothing and gets [`StoreError::LeaseLost`].
+/// - **Waiting.** Completions and releases `NOTIFY` the
+///   [`NOTIFY_CHANNEL`]; the store keeps one connection that `LISTEN`s and
+///   wakes the waiters of that key. A waiter subscribes before its claim
+///   statement runs, so a completion after it is never missed; it also
+///   looks again when the holder's lease would run out, and at least every
+///   [`RECHECK_EVERY`].
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use idempotent_runtime::store::PostgresStore;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), idempotent_runtime::StoreError> {
+/// let store = Arc::new(PostgresStore::connect("postgres://app@db.internal/app").await?);
+/// store.migrate().await?;
+/// idempotent_runtime::set_default_store(store);
+/// # Ok(()) }
+/// ```
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    listener: Option<Arc<Listener>>,
+    statements: AtomicU64,
+    purge_batch: usize,
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("pool", &self.inner.pool.status())
+            .field("listens", &self.inner.listener.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The table is missing: the schema was never applied.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the table `idempotent_claims` does not exist in this database (or not on the search_path): \
+     call `PostgresStore::migrate()` once at start-up, or have a DBA apply `POSTGRES_SCHEMA`"
+)]
+struct MissingSchema(#[source] tokio_postgres::Error);
+
+/// A row that does not read as the schema says.
+fn corrupt(err: tokio_postgres::Error) -> StoreError {
+    StoreError::Corrupt(format!("a claim row could not be read: {err}"))
+}
+
+/// Sorts errors into "unreachable" (the action must not run, and a retry
+/// later may work) and everything else.
+fn pg_error(err: tokio_postgres::Error) -> StoreError {
+    let Some(db) = err.as_db_error() else {
+        // I/O, a closed connection, a timeout: the server was not reached.
+        return StoreError::Unavailable(Box::new(err));
+    };
+    let code = db.code();
+    let class = code.code().get(..2).unwrap_or_default();
+    if *code == SqlState::UNDEFINED_TABLE {
+        StoreError::Backend(Box::new(MissingSchema(err)))
+    } else if matches!(class, "08" | "53" | "57") {
+        // Connection exceptions, insufficient resources, operator
+        // intervention (a shutdown, a cancelled statement).
+        StoreError::Unavailable(Box::new(err))
+    } else {
+        StoreError::Backend(Box::new(err))
+    }
+}
+
+fn pool_error(err: PoolError) -> StoreError {
+    match err {
+        PoolError::Backend(err) => pg_error(err),
+        other => StoreError::Unavailable(Box::new(other)),
+    }
+}
+
+fn with_timeouts(mut config: Config) -> Config {
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(5));
+    }
+    config
+}
+
+fn pool_for(config: Config) -> StoreResult<Pool> {
+    Pool::builder(Manager::new(config, NoTls))
+        .max_size(16)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(Duration::from_secs(10)))
+        .create_timeout(Some(Duration::from_secs(5)))
+        .build()
+        .map_err(|e| StoreError::Backend(Box::new(e)))
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (such as
+    /// `postgres://app@db.internal/app`), without TLS, with a pool of up to
+    /// 16 connections and one more that listens for completions. Fails with
+    /// [`StoreError::Unavailable`] if the server cannot be reached.
+    ///
+    /// For TLS, build a pool with a TLS connector and use
+    /// [`PostgresStore::from_pool`] and [`PostgresStore::listen_with`].
+    pub async fn connect(url: &str) -> StoreResult<PostgresStore> {
+        let store = PostgresStore::connect_lazy(url)?;
+        let client = store.inner.pool.get().await.map_err(pool_error)?;
+        drop(client);
+        if let Some(listener) = &store.inner.listener {
+            listener.ensure();
+        }
+        Ok(store)
+    }
+
+    /// Like [`PostgresStore::connect`], but connects on first use: nothing
+    /// is checked until a call claims a key.
+    pub fn connect_lazy(url: &str) -> StoreResult<PostgresStore> {
+        let config: Config = url
+            .parse()
+            .map_err(|e: tokio_postgres::Error| StoreError::Backend(Box::new(e)))?;
+        PostgresStore::from_config(config)
+    }
+
+    /// A store with its own pool from a tokio-postgres `Config`, without
+    /// TLS. Connects on first use.
+    pub fn from_config(config: Config) -> StoreResult<PostgresStore> {
+        let config = with_timeouts(config);
+        let pool = pool_for(config.clone())?;
+        Ok(PostgresStore::from_pool(pool).listen_with(config, NoTls))
+    }
+
+    /// A store on the application's own pool.
+    ///
+    /// A pool's connections cannot receive notifications, so without
+    /// [`PostgresStore::listen_with`] a duplicate waiting on a claim held
+    /// elsewhere polls (from 5 ms, doubling up to 250 ms) instead of being
+    /// woken. Everything else is the same.
+    ///
+    /// ```no_run
+    /// use idempotent_runtime::store::PostgresStore;
+    /// use idempotent_runtime::store::postgres::{deadpool_postgres, tokio_postgres};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config: tokio_postgres::Config = "postgres://app@db.internal/app".parse()?;
+    /// let manager = deadpool_postgres::Manager::new(config.clone(), tokio_postgres::NoTls);
+    /// let pool = deadpool_postgres::Pool::builder(manager).max_size(8).build()?;
+    /// let store = PostgresStore::from_pool(pool).listen_with(config, tokio_postgres::NoTls);
+    /// # drop(store);
+    /// # Ok(()) }
+    /// ```
+    pub fn from_pool(pool: Pool) -> PostgresStore {
+        PostgresStore {
+            inner: Arc::new(Inner {
+                pool,
+                listener: None,
+                statements: AtomicU64::new(0),
+                purge_batch: DEFAULT_PURGE_BATCH,
+            }),
+        }
+    }
+
+    /// Wakes waiters through `LISTEN` on one extra connection made from
+    /// `config` with `tls`, which must reach the same database as the pool.
+    pub fn listen_with<T>(self, config: Config, tls: T) -> PostgresStore
+    where
+        T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
+        T::Stream: Send + 'static,
+        T::TlsConnect: Send,
+        <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+    {
+        let config = with_timeouts(config);
+        let session: SessionFn = Box::new(move |listener, stop| {
+            Box::pin(listen(listener, stop, config.clone(), tls.clone()))
+        });
+        self.with(|inner| inner.listener = Some(Listener::new(session)))
+    }
+
+    /// How many rows one purge statement deletes at most (default
+    /// [`DEFAULT_PURGE_BATCH`]), so a large purge never holds many row locks
+    /// for long.
+    pub fn purge_batch(self, rows: usize) -> PostgresStore {
+        self.with(|inner| inner.purge_batch = rows.max(1))
+    }
+
+    fn with(self, change: impl FnOnce(&mut Inner)) -> PostgresStore {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => {
+                change(&mut inner);
+                PostgresStore {
+                    inner: Arc::new(inner),
+                }
+            }
+            // Never shared before the store is handed out.
+            Err(inner) => PostgresStore { inner },
+        }
+    }
+
+    /// Creates the table and its index if they are missing
+    /// ([`POSTGRES_SCHEMA`]), in one transaction under an advisory lock, so
+    /// that several processes starting at once do not trip over each other.
+    pub async fn migrate(&self) -> StoreResult<()> {
+        let mut client = self.inner.pool.get().await.map_err(pool_error)?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        tx.batch_execute(MIGRATE_LOCK).await.map_err(pg_error)?;
+        tx.batch_execute(POSTGRES_SCHEMA).await.map_err(pg_error)?;
+        tx.commit().await.map_err(pg_error)
+    }
+
+    /// Waits until the store listens for completions, connecting its
+    /// listener if need be: for a readiness check at start-up. `false` if
+    /// the store has no listener or it cannot connect; waiters then poll.
+    pub async fn listening(&self) -> bool {
+        match &self.inner.listener {
+            Some(listener) => listener.up().await,
+            None => false,
+        }
+    }
+
+    /// The pool the store runs its statements on.
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    /// How many statements this store has sent: one per claim, completion,
+    /// release, renewal and wait recheck, one per purge batch (preparing a
+    /// statement, once per connection, is not counted). For measuring, and
+    /// for tests that count round trips.
+    pub fn statements(&self) -> u64 {
+        self.inner.statements.load(Ordering::Relaxed)
+    }
+}
+
+impl Inner {
+    /// Runs one prepared statement and returns its rows.
+    async fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> StoreResult<Vec<tokio_postgres::Row>> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let statement = client.prepare_cached(sql).await.map_err(pg_error)?;
+        self.statements.fetch_add(1, Ordering::Relaxed);
+        client.query(&statement, params).await.map_err(pg_error)
+    }
+
+    /// Runs one prepared statement and returns how many rows it touched.
+    async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> StoreResult<u64> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let statement = client.prepare_cached(sql).await.map_err(pg_error)?;
+        self.statements.fetch_add(1, Ordering::Relaxed);
+        client.execute(&statement, params).await.map_err(pg_error)
+    }
+
+    /// The lease left on a claim if `owner` at `fence` still holds it.
+    async fn held_by(
+        &self,
+        digest: [u8; 32],
+        owner: u128,
+        fence: u64,
+    ) -> StoreResult<Option<Duration>> {
+        let rows = self
+            .query(
+                HELD_BY,
+                &[
+                    &digest.as_slice(),
+                    &row::owner_bytes(owner).as_slice(),
+                    &row::fence_to(fence),
+                ],
+            )
+            .await?;
+        match rows.first() {
+            None => Ok(None),
+            Some(found) => {
+                let left: i64 = found.try_get(0).map_err(corrupt)?;
+                Ok(Some(Duration::from_millis(left.max(0).unsigned_abs())))
+            }
+        }
+    }
+
+    async fn claim(self: &Arc<Self>, req: ClaimRequest<'_>) -> StoreResult<ClaimState> {
+        let owner = row::new_owner()?;
+        let digest = req.key.digest();
+        // Subscribed before the statement: a completion after it is never
+        // missed, as long as the listener was up when the statement began.
+        let woken = self.listener.as_ref().map(|listener| {
+            let woken = listener.watch(digest);
+            let up = listener.is_up();
+            if !up {
+                listener.ensure();
+            }
+            (woken, up)
+        });
+        let owner_bytes = row::owner_bytes(owner);
+        let lease = row::millis(req.lease);
+        let retention = row::millis(req.retention);
+        let tool = req.tool.as_str();
+        let params: [&(dyn ToSql + Sync); 7] = [
+            &digest.as_slice(),
+            &req.key.as_str(),
+            &tool,
+            &req.fingerprint.as_bytes().as_slice(),
+            &owner_bytes.as_slice(),
+            &lease,
+            &retention,
+        ];
+        for _ in 0..CLAIM_ATTEMPTS {
+            let rows = self.query(CLAIM, &params).await?;
+            // No row: the colliding claim committed after this statement's
+            // snapshot. Run it again; the next snapshot sees it.
+            let Some(found) = rows.first() else { continue };
+            let get_err = corrupt;
+            if found.try_get::<_, bool>("mine").map_err(get_err)? {
+                return Ok(ClaimState::Claimed(Claim {
+                    key: req.key.clone(),
+                    owner,
+                    fence: row::fence_from(found.try_get("fence").map_err(get_err)?)?,
+                    taken_over: found.try_get("taken_over").map_err(get_err)?,
+                    retention: req.retention,
+                }));
+            }
+            // Takeable in the snapshot, yet not taken: the row changed
+            // since. Run it again.
+            if found.try_get::<_, bool>("stale").map_err(get_err)? {
+                continue;
+            }
+            let state: String = found.try_get("state").map_err(get_err)?;
+            let state = match state.as_str() {
+                "held" => RowState::Held {
+                    owner: row::owner_from(found.try_get("owner").map_err(get_err)?)?,
+                    fence: row::fence_from(found.try_get("fence").map_err(get_err)?)?,
+                    lease_left: Duration::from_millis(
+                        found
+                            .try_get::<_, Option<i64>>("lease_left_ms")
+                            .map_err(get_err)?
+                            .unwrap_or(0)
+                            .max(0)
+                            .unsigned_abs(),
+                    ),
+                },
+                "done" => RowState::Done {
+                    ending: found
+                        .try_get::<_, Option<String>>("ending")
+                        .map_err(get_err)?
+                        .unwrap_or_default(),
+                    result: found
+                        .try_get::<_, Option<String>>("result")
+                        .map_err(get_err)?
+                        .ok_or_else(|| {
+                            StoreError::Corrupt("a finished row without a result".into())
+                        })?,
+                    finished_at: found
+                        .try_get::<_, Option<SystemTime>>("finished_at")
+                        .map_err(get_err)?
+                        .unwrap_or_else(SystemTime::now),
+                },
+                other => return Err(StoreError::Corrupt(format!("a row in state `{other}`"))),
+            };
+            let seen = Row {
+                key_text: found.try_get("key_text").map_err(get_err)?,
+                tool: found.try_get("tool").map_err(get_err)?,
+                fingerprint: found.try_get("fingerprint").map_err(get_err)?,
+                state,
+            };
+            return match row::judge(&req, seen)? {
+                Verdict::Answer(state) => Ok(state),
+                Verdict::InFlight {
+                    owner,
+                    fence,
+                    lease_left,
+                } => Ok(ClaimState::InFlight(wait_on(
+                    Arc::clone(self),
+                    woken,
+                    digest,
+                    owner,
+                    fence,
+                    lease_left,
+                ))),
+            };
+        }
+        Err(StoreError::Backend(
+            format!(
+                "the claim on key `{}` kept changing under {CLAIM_ATTEMPTS} attempts",
+                req.key
+            )
+            .into(),
+        ))
+    }
+
+    async fn complete(&self, claim: &Claim, finished: Finished) -> StoreResult<()> {
+        let json = finished
+            .value
+            .to_json()
+            .map_err(|e| StoreError::Backend(Box::new(e)))?;
+        let digest = claim.key.digest();
+        let owner = row::owner_bytes(claim.owner);
+        let changed = self
+            .execute(
+                COMPLETE,
+                &[
+                    &digest.as_slice(),
+                    &owner.as_slice(),
+                    &row::fence_to(claim.fence),
+                    &finished.ending.as_str(),
+                    &json.as_ref(),
+                    &finished.finished_at,
+                    &row::millis(claim.retention),
+                ],
+            )
+            .await?;
+        if changed == 0 {
+            return Err(StoreError::LeaseLost);
+        }
+        Ok(())
+    }
+
+    async fn release(&self, claim: &Claim) -> StoreResult<()> {
+        let digest = claim.key.digest();
+        let owner = row::owner_bytes(claim.owner);
+        let changed = self
+            .execute(
+                RELEASE,
+                &[
+                    &digest.as_slice(),
+                    &owner.as_slice(),
+                    &row::fence_to(claim.fence),
+                ],
+            )
+            .await?;
+        if changed == 0 {
+            return Err(StoreError::LeaseLost);
+        }
+        Ok(())
+    }
+
+    async fn extend(&self, claim: &Claim, lease: Duration) -> StoreResult<()> {
+        let digest = claim.key.digest();
+        let owner = row::owner_bytes(claim.owner);
+        let changed = self
+            .execute(
+                EXTEND,
+                &[
+                    &digest.as_slice(),
+                    &owner.as_slice(),
+                    &row::fence_to(claim.fence),
+                    &row::millis(lease),
+                    &row::millis(claim.retention),
+                ],
+            )
+            .await?;
+        if changed == 0 {
+            return Err(StoreError::LeaseLost);
+        }
+        Ok(())
+    }
+
+    async fn purge_expired(&self) -> StoreResult<u64> {
+        let batch = i64::try_from(self.purge_batch).unwrap_or(i64::MAX);
+        let mut total = 0;
+        loop {
+            let deleted = self.execute(PURGE, &[&batch]).await?;
+            total += deleted;
+            if deleted < self.purge_batch as u64 {
+                return Ok(total);
+            }
+        }
+    }
+
+    async fn forget(&self, key: &Key) -> StoreResult<bool> {
+        let digest = key.digest();
+        Ok(self.execute(FORGET, &[&digest.as_slice()]).await? > 0)
+    }
+}
+
+/// Waits until a claim held elsewhere may have changed.
+///
+/// - Listening since before the claim statement: wake on the key's
+///   notification, when the lease would run out, or after
+///   [`RECHECK_EVERY`]; no statement at all.
+/// - The listener came up only now: look once (after subscribing, so
+///   nothing falls between the look and the listening), then as above.
+/// - No listener: poll with backoff.
+fn wait_on(
+    inner: Arc<Inner>,
+    woken: Option<(KeyWatch, bool)>,
+    digest: [u8; 32],
+    owner: u128,
+    fence: u64,
+    lease_left: Duration,
+) -> Wait {
+    Wait::new(async move {
+        match woken {
+            Some((mut woken, true)) => woken.until(lease_left).await,
+            Some((mut woken, false)) => {
+                if woken.listener.up().await {
+                    // Subscribed, and listening from now on: one look covers
+                    // whatever happened before.
+                    if let Ok(Some(left)) = inner.held_by(digest, owner, fence).await {
+                        woken.until(left).await;
+                    }
+                } else {
+                    poll(&inner, Some(&mut woken), digest, owner, fence, lease_left).await;
+                }
+            }
+            None => poll(&inner, None, digest, owner, fence, lease_left).await,
+        }
+    })
+}
+
+/// Polls with backoff until the claim is no longer held by `owner` at
+/// `fence`, or the store fails (the caller then claims again and learns why).
+async fn poll(
+    inner: &Inner,
+    mut woken: Option<&mut KeyWatch>,
+    digest: [u8; 32],
+    owner: u128,
+    fence: u64,
+    mut lease_left: Duration,
+) {
+    let (first, max) = POLL;
+    let mut backoff = Backoff::new(first, max);
+    loop {
+        let nap = backoff.nap(lease_left);
+        match woken.as_deref_mut() {
+            Some(woken) => {
+                tokio::select! {
+                    () = woken.changed() => return,
+                    () = tokio::time::sleep(nap) => {}
+                }
+            }
+            None => tokio::time::sleep(nap).await,
+        }
+        match inner.held_by(digest, owner, fence).await {
+            Ok(Some(left)) => lease_left = left,
+            Ok(None) | Err(_) => return,
+        }
+    }
+}
+
+type SessionFn = Box<
+    dyn Fn(Weak<Listener>, watch::Receiver<()>) -> Pin<Box<dyn Future<Output = ()> + Send>>
+        + Send
+        + Sync,
+>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Down,
+    Connecting,
+    Up,
+}
+
+/// One connection that `LISTEN`s for completions, shared by every waiter of
+/// a store, and the per-key channels it wakes.
+struct Listener {
+    session: SessionFn,
+    status: watch::Sender<Status>,
+    waiters: DashMap<[u8; 32], watch::Sender<()>>,
+    /// Dropped with the listener, which ends its session.
+    stop: watch::Sender<()>,
+}
+
+impl Listener {
+    fn new(session: SessionFn) -> Arc<Listener> {
+        Arc::new(Listener {
+            session,
+            status: watch::Sender::new(Status::Down),
+            waiters: DashMap::new(),
+            stop: watch::Sender::new(()),
+        })
+    }
+
+    fn is_up(&self) -> bool {
+        *self.status.borrow() == Status::Up
+    }
+
+    /// Starts a listening session if none is running (and a runtime is).
+    fn ensure(self: &Arc<Self>) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let start = self.status.send_if_modified(|status| {
+            if *status == Status::Down {
+                *status = Status::Connecting;
+                true
+            } else {
+                false
+            }
+        });
+        if start {
+            handle.spawn((self.session)(Arc::downgrade(self), self.stop.subscribe()));
+        }
+    }
+
+    /// Waits until listening; `false` if the connection attempt failed.
+    async fn up(self: &Arc<Self>) -> bool {
+        self.ensure();
+        let mut status = self.status.subscribe();
+        loop {
+            match *status.borrow_and_update() {
+                Status::Up => return true,
+                Status::Down => return false,
+                Status::Connecting => {}
+            }
+            if status.changed().await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    fn watch(self: &Arc<Self>, digest: [u8; 32]) -> KeyWatch {
+        let rx = self
+            .waiters
+            .entry(digest)
+            .or_insert_with(|| watch::Sender::new(()))
+            .subscribe();
+        KeyWatch {
+            listener: Arc::clone(self),
+            digest,
+            rx: Some(rx),
+        }
+    }
+
+    fn notify(&self, payload: &str) {
+        let mut digest = [0u8; 32];
+        if hex::decode_to_slice(payload, &mut digest).is_err() {
+            return;
+        }
+        if let Some(waiters) = self.waiters.get(&digest) {
+            waiters.send_replace(());
+        }
+    }
+
+    /// Wakes every waiter: notifications may have been lost.
+    fn wake_all(&self) {
+        for waiters in self.waiters.iter() {
+            waiters.send_replace(());
+        }
+    }
+}
+
+/// A subscription to one key's wake-ups; unsubscribes when dropped.
+struct KeyWatch {
+    listener: Arc<Listener>,
+    digest: [u8; 32],
+    rx: Option<watch::Receiver<()>>,
+}
+
+impl KeyWatch {
+    /// Until the key's notification, the holder's lease running out, or
+    /// [`RECHECK_EVERY`], whichever comes first.
+    async fn until(&mut self, lease_left: Duration) {
+        let nap = (lease_left + LEASE_MARGIN).min(RECHECK_EVERY);
+        tokio::select! {
+            () = self.changed() => {}
+            () = tokio::time::sleep(nap) => {}
+        }
+    }
+
+    async fn changed(&mut self) {
+        match self.rx.as_mut() {
+            // An error means the sender is gone: wake as well.
+            Some(rx) => {
+                let _ = rx.changed().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+impl Drop for KeyWatch {
+    fn drop(&mut self) {
+        drop(self.rx.take());
+        self.listener
+            .waiters
+            .remove_if(&self.digest, |_, sender| sender.receiver_count() == 0);
+    }
+}
+
+/// Marks the listener down when its session ends, however it ends (an
+/// error, the store dropped, the runtime shut down), and wakes every waiter.
+struct DownOnDrop(Weak<Listener>);
+
+impl Drop for DownOnDrop {
+    fn drop(&mut self) {
+        if let Some(listener) = self.0.upgrade() {
+            listener.status.send_replace(Status::Down);
+            listener.wake_all();
+        }
+    }
+}
+
+/// One listening session: connect, `LISTEN`, then deliver notifications
+/// until the connection or the store goes away.
+async fn listen<T>(listener: Weak<Listener>, mut stop: watch::Receiver<()>, config: Config, tls: T)
+where
+    T: MakeTlsConnect<Socket> + Send + Sync + 'static,
+    T::Stream: Send + 'static,
+    T::TlsConnect: Send,
+    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+{
+    let _down = DownOnDrop(listener.clone());
+    let Ok((client, mut connection)) = config.connect(tls).await else {
+        return;
+    };
+    let mut listen = pin!(client.batch_execute("LISTEN idempotent_claims"));
+    let mut listening = false;
+    loop {
+        tokio::select! {
+            done = &mut listen, if !listening => {
+                if done.is_err() {
+                    return;
+                }
+                listening = true;
+                match listener.upgrade() {
+                    Some(listener) => {
+                        listener.status.send_replace(Status::Up);
+                    }
+                    None => return,
+                }
+            }
+            message = poll_fn(|cx| connection.poll_message(cx)) => match message {
+                Some(Ok(AsyncMessage::Notification(note))) => match listener.upgrade() {
+                    Some(listener) => listener.notify(note.payload()),
+                    None => return,
+                },
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => return,
+            },
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+impl Store for PostgresStore {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimState>> {
+        StoreFuture::boxed(self.inner.claim(req))
+    }
+
+    fn complete<'a>(
+        &'a self,
+        claim: &'a Claim,
+        finished: Finished,
+    ) -> StoreFuture<'a, StoreResult<()>> {
+        StoreFuture::boxed(self.inner.complete(claim, finished))
+    }
+
+    fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
+        StoreFuture::boxed(self.inner.release(claim))
+    }
+
+    fn extend<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
+        StoreFuture::boxed(self.inner.extend(claim, lease))
+    }
+
+    fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
+        StoreFuture::boxed(self.inner.purge_expired())
+    }
+
+    fn forget<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<bool>> {
+        StoreFuture::boxed(self.inner.forget(key))
+    }
+
+    /// A third of the lease: two renewals may fail or come late before
+    /// another host takes the claim over.
+    fn renew_every(&self, lease: Duration) -> Option<Duration> {
+        Some(lease / 3)
+    }
+}
