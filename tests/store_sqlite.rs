@@ -693,3 +693,29 @@ fn a_stale_holder_paused_past_its_lease_cannot_overwrite_the_result() {
     after.finish();
     assert_eq!(scene.refunds(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn measured_latency_of_a_guarded_call_on_a_local_file() {
+    let dir = temp_dir();
+    let store: Arc<dyn Store> = Arc::new(open(&dir));
+    let run = fresh_run();
+    let n = 200u32;
+    let started = std::time::Instant::now();
+    for order in 0..n {
+        refund_call(&store, &run, &order.to_string(), 42)
+            .run(async { Ok::<_, PayError>(order) })
+            .await
+            .expect("fresh");
+    }
+    let fresh = started.elapsed() / n;
+    let started = std::time::Instant::now();
+    for order in 0..n {
+        let outcome = refund_call(&store, &run, &order.to_string(), 42)
+            .run(async { Ok::<_, PayError>(order) })
+            .await
+            .expect("replay");
+        assert!(outcome.is_replay());
+    }
+    let replay = started.elapsed() / n;
+    println!("measured: a fresh call (claim + complete) {fresh:?}, a replay {replay:?}");
+}
