@@ -198,13 +198,16 @@ const MIGRATE_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('idempotent_cl
 ///   looks again when the holder's lease would run out, and at least every
 ///   [`RECHECK_EVERY`].
 ///
-/// ```no_run
+/// ```
 /// use std::sync::Arc;
 /// use idempotent_runtime::store::PostgresStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), idempotent_runtime::StoreError> {
-/// let store = Arc::new(PostgresStore::connect("postgres://app@db.internal/app").await?);
+/// let url = "postgres://app@db.internal/app";
+/// # // Runs against the test server when there is one.
+/// # let Ok(url) = std::env::var("IDEMPOTENT_POSTGRES_URL") else { return Ok(()) };
+/// let store = Arc::new(PostgresStore::connect(&url).await?);
 /// store.migrate().await?;
 /// idempotent_runtime::set_default_store(store);
 /// # Ok(()) }
@@ -328,16 +331,21 @@ impl PostgresStore {
     /// elsewhere polls (from 5 ms, doubling up to 250 ms) instead of being
     /// woken. Everything else is the same.
     ///
-    /// ```no_run
+    /// ```
     /// use idempotent_runtime::store::PostgresStore;
     /// use idempotent_runtime::store::postgres::{deadpool_postgres, tokio_postgres};
     ///
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let config: tokio_postgres::Config = "postgres://app@db.internal/app".parse()?;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let url = "postgres://app@db.internal/app";
+    /// # // Runs against the test server when there is one.
+    /// # let Ok(url) = std::env::var("IDEMPOTENT_POSTGRES_URL") else { return Ok(()) };
+    /// let config: tokio_postgres::Config = url.parse()?;
     /// let manager = deadpool_postgres::Manager::new(config.clone(), tokio_postgres::NoTls);
     /// let pool = deadpool_postgres::Pool::builder(manager).max_size(8).build()?;
     /// let store = PostgresStore::from_pool(pool).listen_with(config, tokio_postgres::NoTls);
-    /// # drop(store);
+    /// store.migrate().await?;
+    /// assert!(store.listening().await);
     /// # Ok(()) }
     /// ```
     pub fn from_pool(pool: Pool) -> PostgresStore {
@@ -375,15 +383,20 @@ impl PostgresStore {
     }
 
     fn with(self, change: impl FnOnce(&mut Inner)) -> PostgresStore {
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => {
-                change(&mut inner);
-                PostgresStore {
-                    inner: Arc::new(inner),
-                }
-            }
-            // Never shared before the store is handed out.
-            Err(inner) => PostgresStore { inner },
+        let mut inner = match Arc::try_unwrap(self.inner) {
+            Ok(inner) => inner,
+            // Waits still running hold the old settings; this store gets
+            // its own, on the same pool.
+            Err(shared) => Inner {
+                pool: shared.pool.clone(),
+                listener: shared.listener.clone(),
+                statements: AtomicU64::new(shared.statements.load(Ordering::Relaxed)),
+                purge_batch: shared.purge_batch,
+            },
+        };
+        change(&mut inner);
+        PostgresStore {
+            inner: Arc::new(inner),
         }
     }
 
