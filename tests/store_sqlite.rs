@@ -566,10 +566,9 @@ impl Scene {
 }
 
 #[test]
-fn six_processes_refunding_the_same_order_at_once_refund_it_once() {
+fn six_processes_opening_a_new_file_and_refunding_the_same_order_at_once_refund_it_once() {
     let scene = Scene::new();
-    // Create the file before the race, as a deployment would.
-    drop(scene.store());
+    // No file yet: the six processes create it (and its schema) together.
     let mut procs: Vec<Proc> = (0..6).map(|_| scene.spawn("race", None)).collect();
     for proc in &mut procs {
         proc.expect("ready");
