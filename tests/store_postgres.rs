@@ -683,6 +683,65 @@ async fn a_waiter_on_another_connection_is_woken_by_notify_not_by_polling() {
     );
 }
 
+/// Claims a key someone else holds, and returns the wait.
+async fn in_flight(store: &dyn Store, key: &Key) -> idempotent::Wait {
+    match store
+        .claim(request(key, Duration::from_secs(30)))
+        .await
+        .expect("claim")
+    {
+        ClaimState::InFlight(woken) => woken,
+        other => panic!("expected the claim in flight, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiter_outlives_its_listening_connection_being_killed() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let holder_store = schema.store().await;
+    let name = unique_schema();
+    let mut config = schema.config();
+    config.application_name(&name);
+    let waiter_store = PostgresStore::from_config(config).expect("store");
+    assert!(waiter_store.listening().await);
+    let key = refund_key(&fresh_run(), "1182");
+    let claim = claimed(&holder_store, request(&key, Duration::from_secs(30))).await;
+    let first = in_flight(&waiter_store, &key).await;
+
+    let killed = admin(&schema.url)
+        .await
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = $1 AND query = 'LISTEN idempotent_claims'",
+            &[&name],
+        )
+        .await
+        .expect("terminate the listener");
+    assert_eq!(killed, 1, "one listening connection");
+    // Notifications may be lost while it is down: every waiter is woken to
+    // look again.
+    tokio::time::timeout(Duration::from_secs(1), first)
+        .await
+        .expect("woken when the listener dropped");
+
+    let second = in_flight(&waiter_store, &key).await;
+    holder_store
+        .complete(&claim, finished("1"))
+        .await
+        .expect("complete");
+    tokio::time::timeout(Duration::from_secs(3), second)
+        .await
+        .expect("woken by the reconnected listener or the recheck");
+    assert!(matches!(
+        waiter_store
+            .claim(request(&key, Duration::from_secs(30)))
+            .await,
+        Ok(ClaimState::Completed(_))
+    ));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_store_on_an_applications_pool_without_a_listener_polls_and_still_replays() {
     let Some(schema) = Schema::new().await else {

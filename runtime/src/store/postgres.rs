@@ -33,6 +33,10 @@ pub const POSTGRES_SCHEMA: &str = include_str!("postgres/schema.sql");
 /// The channel completions and releases notify, with the key digest in hex.
 pub const NOTIFY_CHANNEL: &str = "idempotent_claims";
 
+/// The `application_name` of the listening connection, unless its config
+/// names one.
+pub const LISTENER_NAME: &str = "idempotent listener";
+
 /// How many rows one purge statement deletes at most.
 pub const DEFAULT_PURGE_BATCH: usize = 1000;
 
@@ -368,7 +372,11 @@ impl PostgresStore {
         T::TlsConnect: Send,
         <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
     {
-        let config = with_timeouts(config);
+        let mut config = with_timeouts(config);
+        if config.get_application_name().is_none() {
+            // So that a DBA can tell the listening connection apart.
+            config.application_name(LISTENER_NAME);
+        }
         let session: SessionFn = Box::new(move |listener, stop| {
             Box::pin(listen(listener, stop, config.clone(), tls.clone()))
         });
