@@ -253,6 +253,9 @@ async fn many_identical_calls_in_one_spawned_step_refund_once() {
     let transcript = Runner::spawned().in_run(run()).run(model, &tools).await;
 
     assert_one_action(&provider);
+    // The provider would deduplicate by key on its own; the guard kept the
+    // other fifteen calls from reaching it at all.
+    assert_eq!(provider.calls_received(), 1);
     let statuses: Vec<_> = transcript.results().filter_map(|r| r.status()).collect();
     assert_eq!(statuses.iter().filter(|s| **s == "fresh").count(), 1);
     assert_eq!(statuses.iter().filter(|s| **s == "replay").count(), 15);
