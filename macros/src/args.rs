@@ -158,6 +158,8 @@ pub fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
                 continue;
             }
             RawArg::Positional(value) => {
+                // A bare string is the key, unnamed: one error says so.
+                key_given |= is_str(&value);
                 let message = if is_str(&value) {
                     "name the key template: write `key = \"<run>:refund:<order_id>\"`"
                 } else {
@@ -393,7 +395,11 @@ fn takeover(name: &Ident, value: Option<Expr>, errors: &mut Errors) -> Option<Ta
             let hint = suggest::did_you_mean(other, CHOICES, |c| format!("\"{c}\""));
             errors.add(
                 lit.span(),
-                format!("`takeover` is \"rerun\" or \"report_unknown\", not \"{other}\".{hint}"),
+                format!(
+                    "`takeover` is \"rerun\" (run the action again when a crashed holder's claim \
+                     is taken over) or \"report_unknown\" (do not run it; report the outcome as \
+                     unknown), not \"{other}\".{hint}"
+                ),
             );
             None
         }

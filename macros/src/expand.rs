@@ -14,7 +14,7 @@
 //! `key`, `store`, `guard` or `__x` are the user's own.
 
 use proc_macro2::{Delimiter, Group, Span, TokenStream};
-use quote::{quote, quote_spanned};
+use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Ident, ItemFn, LitStr, Type};
 
@@ -22,7 +22,7 @@ use crate::args::{self, Args, Takeover};
 use crate::errors::Errors;
 use crate::item::{self, FnTokens};
 use crate::params::{self, Params, Role};
-use crate::template;
+use crate::template::{self, Segment};
 use crate::validate::{self, Key, Part};
 
 /// The whole attribute: checks everything, then writes the function, or the
@@ -48,22 +48,84 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     let args = args::parse(args, &mut errors);
     let params = params::read(&func.sig, &mut errors);
     let ret = validate::signature(&func.sig, &mut errors);
-    let key = args.key.as_ref().map(|lit| {
-        let template = template::parse(lit, &mut errors);
-        validate::key(&template, &params, &func.sig.ident, lit, &mut errors)
-    });
+    let template = args
+        .key
+        .as_ref()
+        .map(|lit| (lit, template::parse(lit, &mut errors)));
+    let key = template
+        .as_ref()
+        .map(|(lit, t)| validate::key(t, &params, &func.sig.ident, lit, &mut errors));
 
-    match (ret, key, tokens.body()) {
-        (Some(ret), Some(key), Some(body)) if errors.is_empty() => {
-            let body = guarded_body(&args, &params, &key, ret, &func.sig.ident, body);
-            tokens.with_body(body)
-        }
-        _ => {
-            let errors = errors.to_compile_errors();
-            let item = tokens.into_tokens();
-            quote!(#errors #item)
-        }
+    let Some(body) = tokens.body().cloned() else {
+        let errors = errors.to_compile_errors();
+        let item = tokens.into_tokens();
+        return quote!(#errors #item);
+    };
+    if let (Some(ret), Some(key), true) = (ret, &key, errors.is_empty()) {
+        let body = guarded_body(&args, &params, key, ret, &func.sig.ident, &body);
+        return tokens.with_body(body);
     }
+
+    // Refused: the errors, next to the function with a body that is checked
+    // as a guarded body would be, so that it gets its own errors and no
+    // others, and call sites still resolve.
+    let keyed: Vec<&str> = template
+        .iter()
+        .flat_map(|(_, t)| &t.segments)
+        .filter_map(|segment| match segment {
+            Segment::Placeholder(p) => Some(p.root.as_str()),
+            Segment::Literal(_) => None,
+        })
+        .collect();
+    let body = refused_body(&func, &params, &keyed, &body);
+    let errors = errors.to_compile_errors();
+    let item = tokens.with_body(body);
+    quote!(#errors #item)
+}
+
+/// The body of a refused function. It never runs: the crate does not build.
+fn refused_body(func: &ItemFn, params: &Params, keyed: &[&str], body: &Group) -> TokenStream {
+    // The arguments the key and the fingerprint would have read count as
+    // used, so that the refusal adds no warnings of its own.
+    let used = params
+        .bindings
+        .iter()
+        .filter(|b| b.role == Role::Plain || keyed.iter().any(|k| b.ident == k))
+        .map(|b| &b.ident);
+    let used = quote!(#(let _ = &#used;)*);
+    let (inner_attrs, block) = split_body(body);
+    let typed = match validate::body_type(&func.sig) {
+        Some((ret, asyncness)) => {
+            let ret_span = ret.span();
+            let ret = respan(ret.to_token_stream(), ret_span);
+            Some(if asyncness {
+                quote_spanned!(ret_span=>
+                    ::idempotent::__private::unguarded::<#ret, _>(async move #block).await
+                )
+            } else {
+                quote_spanned!(ret_span=>
+                    ::idempotent::__private::unguarded_sync::<#ret, _>(move || #block)
+                )
+            })
+        }
+        None => None,
+    };
+    let body = typed.unwrap_or_else(|| block.stream());
+    quote! {
+        #inner_attrs
+        #used
+        #body
+    }
+}
+
+/// Inner attributes, which stay at the top of the function, and the rest of
+/// the body in braces of the original span.
+fn split_body(body: &Group) -> (TokenStream, Group) {
+    let (inner_attrs, stmts) = item::inner_attributes(body.stream());
+    // The body keeps its braces' span, so errors about its value point there.
+    let mut block = Group::new(Delimiter::Brace, stmts);
+    block.set_span(body.span());
+    (inner_attrs, block)
 }
 
 fn guarded_body(
@@ -74,16 +136,13 @@ fn guarded_body(
     fn_name: &Ident,
     body: &Group,
 ) -> TokenStream {
-    let (inner_attrs, stmts) = item::inner_attributes(body.stream());
-    // The body keeps its braces' span, so errors about its value point there.
-    let mut block = Group::new(Delimiter::Brace, stmts);
-    block.set_span(body.span());
+    let (inner_attrs, block) = split_body(body);
     let def = Span::mixed_site();
     let call = Ident::new("__idempotent_call", def);
     let key_var = Ident::new("__idempotent_key", def);
-    let error = Ident::new("__idempotent_error", def);
     // Checks on the tool's types point at its return type.
-    let ret_span = Span::call_site().located_at(ret.span());
+    let ret_span = ret.span();
+    let ret = respan(ret.to_token_stream(), ret_span);
 
     let key_span = args.key.as_ref().map_or(Span::call_site(), |k| {
         Span::call_site().located_at(k.span())
@@ -113,32 +172,36 @@ fn guarded_body(
     let tool = match &args.tool {
         Some(tool) => quote!(#tool),
         None => {
-            let name = LitStr::new(&fn_name.to_string(), fn_name.span());
+            let name = fn_name.to_string();
+            let name = LitStr::new(name.strip_prefix("r#").unwrap_or(&name), fn_name.span());
             quote_spanned!(def=> ::core::concat!(::core::module_path!(), "::", #name))
         }
     };
 
     let options = options(args, def);
-    let fail = quote_spanned!(ret_span=> ::idempotent::__private::fail::<#ret>);
+    // The call that carries every bound on the tool's types is located at
+    // its return type, so that a bound that fails is reported there once.
     let run = if args.record_errors {
         quote_spanned!(ret_span=> ::idempotent::__private::run_recording_errors::<#ret, _>)
     } else {
         quote_spanned!(ret_span=> ::idempotent::__private::run::<#ret, _>)
     };
+    let run = quote_spanned!(ret_span=> #run(#call, async move #block).await);
 
+    // The call is prepared in a statement of its own: the closure's borrows
+    // of the arguments end there, before the body moves them, and nothing
+    // of it is held across an `.await`.
     quote_spanned! {def=>
         #inner_attrs
-        let #call = match (|| -> ::core::result::Result<::idempotent::Call, ::idempotent::Error> {
+        let #call = (|| -> ::core::result::Result<::idempotent::Call, ::idempotent::Error> {
             let #key_var = ::idempotent::Key::builder() #(#key_steps)* .finish()?;
             ::core::result::Result::Ok(
                 ::idempotent::Call::new(#tool, #key_var)
                     .fingerprint(::idempotent::Fingerprint::builder() #(#fingerprint_steps)* .finish())
+                    #options
             )
-        })() {
-            ::core::result::Result::Ok(#call) => #call,
-            ::core::result::Result::Err(#error) => return #fail(#error),
-        };
-        #run(#call #options, async move #block).await
+        })();
+        #run
     }
 }
 
@@ -176,4 +239,22 @@ fn options(args: &Args, def: Span) -> TokenStream {
         out.extend(quote_spanned!(def=> .conflict_note(#note)));
     }
     out
+}
+
+/// The tokens with every span set to `span`, so that an obligation that
+/// fails anywhere in them is reported once, at one place.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut token| {
+            if let proc_macro2::TokenTree::Group(group) = &token {
+                let mut new = Group::new(group.delimiter(), respan(group.stream(), span));
+                new.set_span(span);
+                token = proc_macro2::TokenTree::Group(new);
+            } else {
+                token.set_span(span);
+            }
+            token
+        })
+        .collect()
 }

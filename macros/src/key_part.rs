@@ -66,8 +66,11 @@ pub fn derive(input: TokenStream) -> TokenStream {
 
     let ident = &input.ident;
     let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    // A generic newtype is a key part when its field is. (A bound on a
+    // concrete field type would be a trivial bound; the body checks it.)
+    let generic = !input.generics.params.is_empty();
     let bound = match &input.data {
-        Data::Struct(data) => data.fields.iter().next().map(|field| {
+        Data::Struct(data) if generic => data.fields.iter().next().map(|field| {
             let ty = &field.ty;
             quote_spanned!(ty.span()=> #ty: ::idempotent::KeyPart,)
         }),
@@ -98,7 +101,7 @@ fn newtype(input: &DeriveInput, fields: &Fields, errors: &mut Errors) -> Option<
             for attr in &field.attrs {
                 if attr.path().is_ident("key_part") {
                     errors.add(
-                        attr.span(),
+                        attr.path().span(),
                         "a newtype writes its field as it is; `#[key_part(..)]` goes on enum \
                          variants",
                     );
@@ -143,7 +146,7 @@ fn newtype(input: &DeriveInput, fields: &Fields, errors: &mut Errors) -> Option<
 fn reject_key_part_attrs(attrs: &[Attribute], what: &str, errors: &mut Errors) {
     for attr in attrs.iter().filter(|a| a.path().is_ident("key_part")) {
         errors.add(
-            attr.span(),
+            attr.path().span(),
             format!("`#[key_part(..)]` goes on enum variants, not on {what}"),
         );
     }
@@ -154,7 +157,7 @@ fn rename(attrs: &[Attribute], errors: &mut Errors) -> Option<LitStr> {
     let mut found: Option<LitStr> = None;
     for attr in attrs.iter().filter(|a| a.path().is_ident("key_part")) {
         if !matches!(attr.meta, Meta::List(_)) {
-            errors.add(attr.span(), "write `#[key_part(rename = \"...\")]`");
+            errors.add(attr.path().span(), "write `#[key_part(rename = \"...\")]`");
             continue;
         }
         let result = attr.parse_nested_meta(|meta| {

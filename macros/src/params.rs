@@ -90,7 +90,7 @@ pub fn read(sig: &Signature, errors: &mut Errors) -> Params {
                 for attr in &receiver.attrs {
                     if marker_name(attr).is_some() {
                         errors.add(
-                            attr.span(),
+                            attr.path().span(),
                             "markers go on the arguments, not on `self`: `self` is never \
                              fingerprinted, and only its fields may go in a key (`<self.tenant>`)",
                         );
@@ -149,21 +149,24 @@ fn role_of(attrs: &[Attribute], ty: &Type, errors: &mut Errors) -> Role {
             && !matches!(attr.meta, Meta::Path(_))
         {
             errors.add(
-                attr.span(),
+                attr.path().span(),
                 format!("`#[{marker}]` takes no arguments: write `#[{marker}]`"),
             );
         }
         if let Some((first, _)) = marked {
             if first != name {
                 errors.add(
-                    attr.span(),
+                    attr.path().span(),
                     format!(
                         "`#[{first}]` and `#[{name}]` contradict each other: an argument is \
                          either free text, a call id or context; keep the one it is"
                     ),
                 );
             } else if marker_name(attr).is_some() {
-                errors.add(attr.span(), format!("`#[{name}]` is given twice; keep one"));
+                errors.add(
+                    attr.path().span(),
+                    format!("`#[{name}]` is given twice; keep one"),
+                );
             }
             continue;
         }

@@ -229,7 +229,7 @@ fn check_structure(template: &Template, lit: &LitStr, errors: &mut Errors) {
     }
 
     let mut previous: Option<&Placeholder> = None;
-    for segment in &template.segments {
+    for (i, segment) in template.segments.iter().enumerate() {
         match segment {
             Segment::Placeholder(p) => {
                 if let Some(prev) = previous {
@@ -259,20 +259,32 @@ fn check_structure(template: &Template, lit: &LitStr, errors: &mut Errors) {
                         ),
                     );
                 }
-                if let Some(prev) = previous {
-                    if !text.chars().any(is_separator) {
-                        errors.add(
-                            span,
-                            format!(
-                                "the literal `{text}` after `{}` has no separator character, so \
-                                 a value could imitate it: `{}` = \"1{text}\" would run into the \
-                                 text that follows. Start it with a separator such as `:`, as in \
-                                 `:{text}` (letters, digits, `-`, `_`, `.` and `~` do not separate)",
-                                prev.shown(),
-                                prev.shown(),
-                            ),
-                        );
-                    }
+                if let Some(prev) = previous
+                    && !text.chars().any(is_separator)
+                {
+                    let next = match template.segments.get(i + 1) {
+                        Some(Segment::Placeholder(next)) => Some(next),
+                        _ => None,
+                    };
+                    let example = match next {
+                        Some(next) => format!(
+                            ": `{a}` = \"1{text}\" with `{b}` = \"2\", and `{a}` = \"1\" with \
+                             `{b}` = \"{text}2\", would both render `1{text}{text}2`",
+                            a = prev.shown(),
+                            b = next.shown(),
+                        ),
+                        None => String::new(),
+                    };
+                    errors.add(
+                        span,
+                        format!(
+                            "the literal `{text}` after `{}` has no separator character, so a \
+                             value could imitate it{example}. Start it with a separator such as \
+                             `:`, as in `:{text}`; letters, digits, `-`, `_`, `.` and `~` do not \
+                             separate, since values write them unescaped",
+                            prev.shown(),
+                        ),
+                    );
                 }
                 previous = None;
             }

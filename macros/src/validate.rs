@@ -250,6 +250,18 @@ pub fn signature<'a>(sig: &'a Signature, errors: &mut Errors) -> Option<&'a Type
     }
 }
 
+/// The return type a refused function's body can still be checked against,
+/// and whether the function is async: a path type that is not plainly
+/// something else (an `Outcome` alone, an `Option`, a future).
+pub fn body_type(sig: &Signature) -> Option<(&Type, bool)> {
+    let ReturnType::Type(_, ret) = &sig.output else {
+        return None;
+    };
+    let named = type_name(ret)?;
+    let other = matches!(named.as_str(), "Outcome" | "Option") || is_future(ret);
+    (!other && matches!(**ret, Type::Path(_))).then_some((&**ret, sig.asyncness.is_some()))
+}
+
 /// `impl Future`, `Pin<Box<dyn Future>>`, `BoxFuture`: what a macro that
 /// has already made the future returns.
 fn is_future(ty: &Type) -> bool {

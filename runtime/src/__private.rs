@@ -14,9 +14,12 @@ use serde::de::DeserializeOwned;
 use crate::error::Error;
 use crate::guard::Call;
 use crate::key::KeyPart;
-use crate::outcome::ToolOutput;
+use crate::outcome::{Outcome, ToolOutput};
 
-/// The return type of a guarded tool: `Result<O, E>` with `O: ToolOutput`.
+/// The return type of a guarded tool: `Result<O, E>`, where `O` is a
+/// [`ToolOutput`] whose value can be recorded and `E` carries the guard's
+/// errors. Every bound sits on the one impl, so that a tool's type that
+/// misses one gets one error, at its return type.
 #[diagnostic::on_unimplemented(
     message = "`#[idempotent]` needs the tool to return `Result<O, E>` with `O: ToolOutput`, such as `Result<Outcome<T>, E>`, not `{Self}`",
     label = "this return type gives the guard no way to tell a replay from a fresh result",
@@ -25,6 +28,33 @@ use crate::outcome::ToolOutput;
 )]
 pub trait ToolResult: Sized {
     /// What the tool returns on success.
+    type Output: ToolOutput<Value = Self::Value>;
+    /// What the body produces, and the guard records.
+    type Value: Recordable;
+    /// The tool's error.
+    type Error: GuardError;
+    /// Builds the return value.
+    fn from_result(result: Result<Self::Output, Self::Error>) -> Self;
+}
+
+impl<O, E> ToolResult for Result<O, E>
+where
+    O: ToolOutput,
+    O::Value: Recordable,
+    E: GuardError,
+{
+    type Output = O;
+    type Value = O::Value;
+    type Error = E;
+    fn from_result(result: Result<O, E>) -> Self {
+        result
+    }
+}
+
+/// The shape of a tool's return type, without the guard's bounds: what a
+/// refused function's body is still checked against.
+pub trait Returns: Sized {
+    /// What the tool returns on success.
     type Output: ToolOutput;
     /// The tool's error.
     type Error;
@@ -32,16 +62,13 @@ pub trait ToolResult: Sized {
     fn from_result(result: Result<Self::Output, Self::Error>) -> Self;
 }
 
-impl<O: ToolOutput, E> ToolResult for Result<O, E> {
+impl<O: ToolOutput, E> Returns for Result<O, E> {
     type Output = O;
     type Error = E;
     fn from_result(result: Result<O, E>) -> Self {
         result
     }
 }
-
-/// What the body of a tool returning `R` produces.
-pub type Value<R> = <<R as ToolResult>::Output as ToolOutput>::Value;
 
 /// A tool's error type that can carry the guard's own errors.
 #[diagnostic::on_unimplemented(
@@ -69,7 +96,7 @@ impl<T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static> Recordable
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be recorded as a final error, which `record_errors` asks for",
     label = "with `record_errors`, this error is stored and replayed",
-    note = "with `record_errors`, the first call's error is recorded and every duplicate gets it back: it needs `Serialize`, `Deserialize`, `Clone`, `Send`, `Sync` and `'static`, and `From<idempotent::Error>`",
+    note = "with `record_errors`, the first call's error is recorded and every duplicate gets it back: it needs `Serialize`, `Deserialize`, `Clone`, `Send`, `Sync` and `'static`",
     note = "or leave out `record_errors`: an error then releases the claim, and a retry runs the action again"
 )]
 pub trait RecordableError: GuardError + Recordable {}
@@ -97,40 +124,59 @@ pub fn fingerprinted<T: Fingerprinted + ?Sized>(value: &T) -> &T {
     value
 }
 
-/// The tool's return value when the key or fingerprint could not be built:
-/// the guard's error, through the tool's error type. The action did not run.
-pub fn fail<R>(error: Error) -> R
-where
-    R: ToolResult,
-    R::Error: GuardError,
-{
-    R::from_result(Err(error.into()))
-}
-
 /// Runs the body under the guard, and wraps the outcome in the tool's
-/// return type. Naming `R` pins the body's type to `Result<Value<R>, E>`,
-/// so `?` and `return` in the body infer.
-pub async fn run<R, F>(call: Call, body: F) -> R
+/// return type. `call` is the prepared call, or why it could not be
+/// prepared (no run in scope, an empty key part): then the body is not run
+/// and the error is returned through the tool's error type.
+///
+/// Naming `R` pins the body's type to `Result<R::Value, R::Error>`, so `?`
+/// and `return` in the body infer.
+pub async fn run<R, F>(call: Result<Call, Error>, body: F) -> R
 where
     R: ToolResult,
-    R::Error: GuardError,
-    Value<R>: Recordable,
-    F: Future<Output = Result<Value<R>, R::Error>>,
+    F: Future<Output = Result<R::Value, R::Error>>,
 {
-    R::from_result(call.run(body).await.map(ToolOutput::from_outcome))
+    let result = match call {
+        Ok(call) => call.run(body).await,
+        Err(error) => Err(error.into()),
+    };
+    R::from_result(result.map(ToolOutput::from_outcome))
 }
 
 /// [`run`] with final errors recorded (`record_errors`).
-pub async fn run_recording_errors<R, F>(call: Call, body: F) -> R
+pub async fn run_recording_errors<R, F>(call: Result<Call, Error>, body: F) -> R
 where
     R: ToolResult,
     R::Error: RecordableError,
-    Value<R>: Recordable,
-    F: Future<Output = Result<Value<R>, R::Error>>,
+    F: Future<Output = Result<R::Value, R::Error>>,
+{
+    let result = match call {
+        Ok(call) => call.run_recording_errors(body).await,
+        Err(error) => Err(error.into()),
+    };
+    R::from_result(result.map(ToolOutput::from_outcome))
+}
+
+/// Stands in for [`run`] next to the `compile_error!`s of an attribute that
+/// was refused: the body is still checked against the tool's types, so it
+/// gets its own errors and no others, and call sites still resolve. The
+/// crate does not build, so this never runs.
+pub async fn unguarded<R, F>(body: F) -> R
+where
+    R: Returns,
+    F: Future<Output = Result<<R::Output as ToolOutput>::Value, R::Error>>,
 {
     R::from_result(
-        call.run_recording_errors(body)
-            .await
-            .map(ToolOutput::from_outcome),
+        body.await
+            .map(|value| ToolOutput::from_outcome(Outcome::Fresh { value })),
     )
+}
+
+/// [`unguarded`] for a refused function that is not `async`.
+pub fn unguarded_sync<R, F>(body: F) -> R
+where
+    R: Returns,
+    F: FnOnce() -> Result<<R::Output as ToolOutput>::Value, R::Error>,
+{
+    R::from_result(body().map(|value| ToolOutput::from_outcome(Outcome::Fresh { value })))
 }

@@ -1,0 +1,16 @@
+// An empty key is a fixed key: every call would be one action.
+use idempotent::{Outcome, idempotent};
+
+#[derive(Debug, thiserror::Error)]
+enum PayError {
+    #[error(transparent)]
+    Idempotency(#[from] idempotent::Error),
+}
+
+
+#[idempotent(key = "")]
+async fn refund_order(order_id: String) -> Result<Outcome<u64>, PayError> {
+    Ok(0)
+}
+
+fn main() {}

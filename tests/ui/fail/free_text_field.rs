@@ -1,0 +1,27 @@
+// A field path into free text: `RefundArgs::reason` is `FreeText<_>`, which
+// never implements `KeyPart`, so the key string gets the runtime's
+// on_unimplemented message.
+use idempotent::{Outcome, Run, idempotent};
+
+#[derive(Debug, thiserror::Error)]
+enum PayError {
+    #[error(transparent)]
+    Idempotency(#[from] idempotent::Error),
+}
+
+
+use idempotent::FreeText;
+use serde::Serialize;
+
+#[derive(Serialize)]
+struct RefundArgs {
+    order_id: String,
+    reason: FreeText<String>,
+}
+
+#[idempotent(key = "<run>:refund:<args.reason>")]
+async fn refund_order(run: Run, args: RefundArgs) -> Result<Outcome<u64>, PayError> {
+    Ok(0)
+}
+
+fn main() {}

@@ -1,0 +1,17 @@
+// The success type must be a `ToolOutput` such as `Outcome<T>`: a bare value
+// could not tell the caller a replay from a fresh result.
+use idempotent::{Run, idempotent};
+
+#[derive(Debug, thiserror::Error)]
+enum PayError {
+    #[error(transparent)]
+    Idempotency(#[from] idempotent::Error),
+}
+
+
+#[idempotent(key = "<run>:refund:<order_id>")]
+async fn refund_order(run: Run, order_id: String) -> Result<u64, PayError> {
+    Ok(0)
+}
+
+fn main() {}
