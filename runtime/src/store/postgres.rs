@@ -521,30 +521,29 @@ impl Inner {
             // No row: the colliding claim committed after this statement's
             // snapshot. Run it again; the next snapshot sees it.
             let Some(found) = rows.first() else { continue };
-            let get_err = corrupt;
-            if found.try_get::<_, bool>("mine").map_err(get_err)? {
+            if found.try_get::<_, bool>("mine").map_err(corrupt)? {
                 return Ok(ClaimState::Claimed(Claim {
                     key: req.key.clone(),
                     owner,
-                    fence: row::fence_from(found.try_get("fence").map_err(get_err)?)?,
-                    taken_over: found.try_get("taken_over").map_err(get_err)?,
+                    fence: row::fence_from(found.try_get("fence").map_err(corrupt)?)?,
+                    taken_over: found.try_get("taken_over").map_err(corrupt)?,
                     retention: req.retention,
                 }));
             }
             // Takeable in the snapshot, yet not taken: the row changed
             // since. Run it again.
-            if found.try_get::<_, bool>("stale").map_err(get_err)? {
+            if found.try_get::<_, bool>("stale").map_err(corrupt)? {
                 continue;
             }
-            let state: String = found.try_get("state").map_err(get_err)?;
+            let state: String = found.try_get("state").map_err(corrupt)?;
             let state = match state.as_str() {
                 "held" => RowState::Held {
-                    owner: row::owner_from(found.try_get("owner").map_err(get_err)?)?,
-                    fence: row::fence_from(found.try_get("fence").map_err(get_err)?)?,
+                    owner: row::owner_from(found.try_get("owner").map_err(corrupt)?)?,
+                    fence: row::fence_from(found.try_get("fence").map_err(corrupt)?)?,
                     lease_left: Duration::from_millis(
                         found
                             .try_get::<_, Option<i64>>("lease_left_ms")
-                            .map_err(get_err)?
+                            .map_err(corrupt)?
                             .unwrap_or(0)
                             .max(0)
                             .unsigned_abs(),
@@ -553,25 +552,25 @@ impl Inner {
                 "done" => RowState::Done {
                     ending: found
                         .try_get::<_, Option<String>>("ending")
-                        .map_err(get_err)?
+                        .map_err(corrupt)?
                         .unwrap_or_default(),
                     result: found
                         .try_get::<_, Option<String>>("result")
-                        .map_err(get_err)?
+                        .map_err(corrupt)?
                         .ok_or_else(|| {
                             StoreError::Corrupt("a finished row without a result".into())
                         })?,
                     finished_at: found
                         .try_get::<_, Option<SystemTime>>("finished_at")
-                        .map_err(get_err)?
+                        .map_err(corrupt)?
                         .unwrap_or_else(SystemTime::now),
                 },
                 other => return Err(StoreError::Corrupt(format!("a row in state `{other}`"))),
             };
             let seen = Row {
-                key_text: found.try_get("key_text").map_err(get_err)?,
-                tool: found.try_get("tool").map_err(get_err)?,
-                fingerprint: found.try_get("fingerprint").map_err(get_err)?,
+                key_text: found.try_get("key_text").map_err(corrupt)?,
+                tool: found.try_get("tool").map_err(corrupt)?,
+                fingerprint: found.try_get("fingerprint").map_err(corrupt)?,
                 state,
             };
             return match row::judge(&req, seen)? {
