@@ -43,6 +43,10 @@ pub use store::{
     Claim, ClaimRequest, ClaimState, IntoStore, MemoryStore, Store, StoreError, StoreFuture,
     StoreResult, Wait, default_store, set_default_store,
 };
+#[cfg(feature = "postgres")]
+pub use store::PostgresStore;
+#[cfg(feature = "sqlite")]
+pub use store::SqliteStore;
 pub use text::{CallId, FreeText};
 
 #[doc(hidden)]
