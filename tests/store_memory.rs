@@ -125,5 +125,8 @@ async fn the_default_store_can_be_switched_in_one_line() {
         .run(async { Ok::<_, Error>(()) })
         .await
         .expect("outcome");
-    assert!(!store.is_empty(), "the call used the switched default store");
+    assert!(
+        !store.is_empty(),
+        "the call used the switched default store"
+    );
 }
