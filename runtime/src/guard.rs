@@ -316,13 +316,17 @@ impl Call {
             None => ACTIVE.scope(active, action).await,
             Some(every) => {
                 let mut action = pin!(ACTIVE.scope(active, action));
+                let mut renewing = true;
                 loop {
                     tokio::select! {
                         biased;
                         result = &mut action => break result,
-                        () = tokio::time::sleep(every) => {
-                            // A lost lease is reported by `complete` below.
-                            let _ = store.extend(&holding.claim, policy.lease).await;
+                        () = tokio::time::sleep(every), if renewing => {
+                            // Once the lease is lost there is nothing to renew;
+                            // `complete` below reports it. A store that is
+                            // briefly down is tried again next time.
+                            let renewed = store.extend(&holding.claim, policy.lease).await;
+                            renewing = !matches!(renewed, Err(StoreError::LeaseLost));
                         }
                     }
                 }
