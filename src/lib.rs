@@ -1,5 +1,53 @@
 //! Make an LLM agent's tool carry out its real-world action once per ask,
 //! however many times the model calls it.
+//!
+//! A model that asks for the same refund twice, in one step or across two,
+//! gets one refund: the second call replays the first result, with a note
+//! saying it was already done. The same order asked with another amount is
+//! a conflict, not a second refund.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//!
+//! use idempotent::{Outcome, Run, idempotent};
+//!
+//! static REFUNDS_SENT: AtomicUsize = AtomicUsize::new(0);
+//!
+//! #[derive(Debug, thiserror::Error)]
+//! enum PayError {
+//!     #[error(transparent)]
+//!     Idempotency(#[from] idempotent::Error),
+//! }
+//!
+//! /// `<run>` is the agent run in scope; `reason` is the model's wording,
+//! /// kept out of the key.
+//! #[idempotent(key = "<run>:refund:<order_id>")]
+//! async fn refund_order(
+//!     order_id: u64,
+//!     cents: u64,
+//!     #[free_text] reason: String,
+//! ) -> Result<Outcome<u64>, PayError> {
+//!     let _ = reason;
+//!     REFUNDS_SENT.fetch_add(1, Ordering::SeqCst);
+//!     Ok(cents)
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), PayError> {
+//! Run::new("run-7")?
+//!     .scope(async {
+//!         let first = refund_order(1182, 4200, "damaged".into()).await?;
+//!         let again = refund_order(1182, 4200, "arrived broken".into()).await?;
+//!         let other = refund_order(1182, 4100, "damaged".into()).await?;
+//!         assert!(first.is_fresh());
+//!         assert!(again.is_replay());
+//!         assert!(other.is_conflict());
+//!         Ok::<_, PayError>(())
+//!     })
+//!     .await?;
+//! assert_eq!(REFUNDS_SENT.load(Ordering::SeqCst), 1);
+//! # Ok(()) }
+//! ```
 #![deny(missing_docs)]
 
 pub use idempotent_runtime::*;

@@ -7,11 +7,11 @@
 //! key that could split one ask into two actions (free text, a tool-call id)
 //! or merge two asks into one (a fixed key) never builds.
 //!
-//! The work flows one way: [`args`] reads the attribute's options,
-//! [`template`] reads the key template, [`params`] reads the function's
-//! parameters, [`validate`] applies the rules, and [`expand`] writes the
-//! tokens. [`item`] keeps the user's tokens as they were, and
-//! [`key_part`] is the derive.
+//! The work flows one way: `args` reads the attribute's options,
+//! `template` reads the key template, `params` reads the function's
+//! parameters, `validate` applies the rules, and `expand` writes the
+//! tokens. `item` keeps the user's tokens as they were, and
+//! `key_part` is the derive.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -28,14 +28,87 @@ mod template;
 mod validate;
 
 /// Runs an async tool's action once per ask, however many times it is
-/// called. See the `idempotent` crate for the full documentation.
+/// called.
+///
+/// ```text
+/// #[idempotent(key = "<run>:refund:<order_id>")]
+/// async fn refund_order(run: Run, order_id: String, usd: u64, #[free_text] reason: String)
+///     -> Result<Outcome<Refund>, PayError>
+/// ```
+///
+/// Each call builds its key from the template, fingerprints the arguments
+/// that are not in the key, and claims the key before the body runs. The
+/// body runs for the first ask only; a repeat gets `Outcome::Replay` with the
+/// first result, and the same key asked with other arguments gets
+/// `Outcome::Conflict`. The body returns `Result<T, E>`; the function returns
+/// `Result<Outcome<T>, E>`.
+///
+/// # The key
+///
+/// Literal text and `<placeholder>`s. A placeholder is an argument
+/// (`<order_id>`, also a name bound by a destructured argument), a field of
+/// an argument or of `self` (`<args.order_id>`, `<self.tenant>`, `<pair.0>`),
+/// or `<run>`: the argument named `run`, or else the run in scope
+/// (`Run::scope`), or else the call fails with `Error::MissingRun` and does
+/// not act. Values must implement `KeyPart`.
+///
+/// Refused at compile time: a placeholder that names no argument; free text
+/// (`#[free_text]`, `FreeText<_>`), which the model words anew on each ask;
+/// a tool-call id (`#[call_id]`, `CallId`, or named `call_id` or
+/// `tool_call_id`), which is new on each call; a template with no
+/// placeholder, an empty one, an unterminated or empty `<>`, a placeholder
+/// used twice; two placeholders with nothing between them, a literal after a
+/// placeholder without a separator character, and `%` in literal text, which
+/// would make two asks render one key.
+///
+/// # The fingerprint
+///
+/// Every argument that is not in the key whole is serialized (serde) into
+/// the fingerprint, except free text, call ids, `self` and context: an
+/// argument marked `#[context]` or `#[rig(context)]`, or whose type's name
+/// ends in `Context`. Destructured arguments are walked, and each name they
+/// bind counts as an argument.
+///
+/// # Options
+///
+/// - `key = "..."`: the template (required);
+/// - `store = <expr>`: anything `IntoStore`, evaluated on each call (it may
+///   use `self`); the process default otherwise;
+/// - `retention = "7d"`, `wait = "30s"`, `lease = "30s"`: durations with a
+///   unit of `ms`, `s`, `m`, `h` or `d`;
+/// - `record_errors`: an `Err` is final, recorded and replayed, instead of
+///   releasing the claim for a retry;
+/// - `takeover = "rerun" | "report_unknown"`: what a takeover from a crashed
+///   holder does;
+/// - `note = "..."`, `conflict_note = "..."`: what a replay or a conflict
+///   tells the model;
+/// - `tool = "..."`: the tool's identity in the store; `module_path!()` and
+///   the function's name otherwise.
+///
+/// # The function
+///
+/// An `async fn`, free or a method (`&self`, `&mut self`, `self`), generic
+/// or not. A plain `fn` is refused: the guard must await the store and any
+/// identical call in flight. Only the body is rewritten; the signature and
+/// every other attribute stay as written, so the attribute stacks with
+/// rig's `#[rig_tool]` and goes above rmcp's `#[tool]`. Internal names are
+/// hygienic, and the future is `Send` whenever the body's is.
+///
+/// Every error in one function is reported at once, each at the token that
+/// caused it, next to the function as written so that call sites still
+/// resolve.
 #[proc_macro_attribute]
 pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::idempotent(args.into(), item.into()).into()
 }
 
-/// Lets a newtype or a fieldless enum be part of an idempotency key. See the
-/// `idempotent` crate for the full documentation.
+/// Lets a newtype or a fieldless enum be part of an idempotency key.
+///
+/// A newtype (a struct with one field) writes its field: `OrderId(1182)`
+/// keys as `1182`. A fieldless enum writes its variant's name, or the name
+/// given with `#[key_part(rename = "...")]` on the variant. A struct of
+/// several fields is refused: key on each field in the template instead
+/// (`<args.a>:<args.b>`), where the separator keeps them apart.
 #[proc_macro_derive(KeyPart, attributes(key_part))]
 pub fn derive_key_part(input: TokenStream) -> TokenStream {
     key_part::derive(input.into()).into()

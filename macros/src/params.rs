@@ -99,10 +99,7 @@ pub fn read(sig: &Signature, errors: &mut Errors) -> Params {
             }
             FnArg::Typed(typed) => {
                 let role = role_of(&typed.attrs, &typed.ty, errors);
-                let whole = match &*typed.pat {
-                    Pat::Ident(p) if p.subpat.is_none() => true,
-                    _ => false,
-                };
+                let whole = matches!(&*typed.pat, Pat::Ident(p) if p.subpat.is_none());
                 let mut idents = Vec::new();
                 bound_idents(&typed.pat, &mut idents);
                 for ident in idents {
