@@ -118,6 +118,21 @@ fn value_block<T: Serialize>(value: &T) -> Result<ContentBlock, ErrorData> {
 /// None of them is an error (`is_error` is false): a model that reads an
 /// error may try again with other arguments. The result's `_meta` carries
 /// [`STATUS_META_KEY`].
+///
+/// ```
+/// use idempotent_runtime::Outcome;
+/// use rmcp::handler::server::tool::IntoCallToolResult;
+/// use rmcp::model::{CallToolResponse, ContentBlock};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let replay = Outcome::Replay { value: "re_1".to_string(), note: "already refunded".into() };
+/// let CallToolResponse::Complete(result) = replay.into_call_tool_result()? else {
+///     return Err("a tool call completes".into());
+/// };
+/// assert_eq!(result.is_error, Some(false));
+/// assert_eq!(result.content, [ContentBlock::text("re_1"), ContentBlock::text("already refunded")]);
+/// # Ok(()) }
+/// ```
 impl<T: Serialize> IntoCallToolResult for Outcome<T> {
     fn into_call_tool_result(self) -> Result<CallToolResponse, ErrorData> {
         let (status, value, note) = match &self {
