@@ -195,9 +195,10 @@ pub fn signature<'a>(sig: &'a Signature, errors: &mut Errors) -> Option<&'a Type
         let boxed = ret.is_some_and(is_future);
         let message = if boxed {
             format!(
-                "`{name}` is not an `async fn` but returns a future: another attribute, such as \
-                 rmcp's `#[tool]`, has already rewritten it. Place `#[idempotent]` above \
-                 `#[tool]`, so that it reads the `async fn` as written"
+                "`{name}` is not an `async fn` but returns a future: another attribute has \
+                 already rewritten it, such as rmcp's `#[tool]` or `#[async_trait]` on its impl. \
+                 Place `#[idempotent]` above `#[tool]`, so that it reads the `async fn` as \
+                 written; with `#[async_trait]`, declare the method a native `async fn` instead"
             )
         } else {
             format!(

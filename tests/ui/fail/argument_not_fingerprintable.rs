@@ -9,7 +9,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 struct Connection;
 
 #[idempotent(key = "<run>:refund:<order_id>")]

@@ -9,7 +9,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 #[idempotent(
     key = "<run>:refund:<order_id>",
     retention = "7 days",

@@ -8,7 +8,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 use std::future::Future;
 use std::pin::Pin;
 

@@ -8,7 +8,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 use idempotent::CallId;
 use serde::Serialize;
 

@@ -9,7 +9,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 #[derive(Debug)]
 struct DeclinedError;
 

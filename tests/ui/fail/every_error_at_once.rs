@@ -8,7 +8,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 #[idempotent(key = "<run>:refund:<ordr_id>:<reason>", wait = "soon", retension = "7d")]
 async fn refund_order(
     run: Run,

@@ -9,7 +9,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 use idempotent::FreeText;
 use serde::Serialize;
 

@@ -9,7 +9,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 #[idempotent(key = "<run>:refund:<order_id>:<reason>")]
 async fn refund_order(
     run: Run,

@@ -8,7 +8,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 use idempotent::FreeText;
 
 #[idempotent(key = "<run>:email:<body>")]

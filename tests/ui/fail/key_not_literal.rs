@@ -8,7 +8,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 const KEY: &str = "<run>:refund:<order_id>";
 
 #[idempotent(key = KEY)]

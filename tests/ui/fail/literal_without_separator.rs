@@ -10,7 +10,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 #[idempotent(key = "<run>:refund:<order_id>x<sku>")]
 async fn refund_order(run: Run, order_id: String, sku: String) -> Result<Outcome<u64>, PayError> {
     Ok(0)

@@ -9,7 +9,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 #[idempotent(key = "<run>:refund:<order_id")]
 async fn unterminated(run: Run, order_id: String) -> Result<Outcome<u64>, PayError> {
     Ok(0)

@@ -7,7 +7,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 #[idempotent]
 async fn refund_order(run: Run, order_id: String) -> Result<Outcome<u64>, PayError> {
     Ok(0)

@@ -8,7 +8,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 #[idempotent(key = "<run>:refund:<order_id>")]
 async fn returns_outcome(run: Run, order_id: String) -> Outcome<u64> {
     Outcome::Fresh { value: 0 }

@@ -8,7 +8,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 #[idempotent(key = "<run>:refund:<order_id>")]
 async fn refund_order(run: Run, order_id: String) -> Result<u64, PayError> {
     Ok(0)

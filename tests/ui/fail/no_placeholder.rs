@@ -8,7 +8,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 #[idempotent(key = "refund")]
 async fn refund_order(order_id: String) -> Result<Outcome<u64>, PayError> {
     Ok(0)

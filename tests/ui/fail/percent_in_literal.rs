@@ -8,7 +8,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 #[idempotent(key = "<run>:discount-10%:<order_id>")]
 async fn discount(run: Run, order_id: String) -> Result<Outcome<u64>, PayError> {
     Ok(0)

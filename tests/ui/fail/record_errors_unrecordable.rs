@@ -8,7 +8,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 #[idempotent(key = "<run>:refund:<order_id>", record_errors)]
 async fn refund_order(run: Run, order_id: String) -> Result<Outcome<u64>, PayError> {
     Ok(0)

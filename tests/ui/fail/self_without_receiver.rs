@@ -7,7 +7,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 #[idempotent(key = "<run>:<self.tenant>:refund:<order_id>")]
 async fn refund_order(run: Run, order_id: String) -> Result<Outcome<u64>, PayError> {
     Ok(0)

@@ -9,7 +9,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 #[idempotent(key = "<run>:refund:<ordr_id>")]
 async fn refund_order(run: Run, order_id: String, usd: u64) -> Result<Outcome<u64>, PayError> {
     Ok(usd)

@@ -8,7 +8,6 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-
 struct Receipt;
 
 #[idempotent(key = "<run>:refund:<order_id>")]
