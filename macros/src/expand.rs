@@ -108,6 +108,10 @@ fn refused_body(func: &ItemFn, params: &Params, keyed: &[&str], body: &Group) ->
                 )
             })
         }
+        // A plain `fn` whose body cannot be checked, such as one `#[tool]`
+        // has boxed: its body was written for the guard, so checking it
+        // against the boxed type would only add errors.
+        None if func.sig.asyncness.is_none() => Some(quote!(::core::unreachable!())),
         None => None,
     };
     let body = typed.unwrap_or_else(|| block.stream());
