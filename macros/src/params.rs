@@ -134,32 +134,32 @@ pub fn marker_name(attr: &Attribute) -> Option<&'static str> {
 }
 
 fn role_of(attrs: &[Attribute], ty: &Type, errors: &mut Errors) -> Role {
-    let mut marked: Option<(&'static str, &Attribute)> = None;
+    // The first marker: its role, how it was written, and whether it is one
+    // of ours (rig's `#[rig(context)]` is not).
+    let mut marked: Option<(&'static str, &'static str, bool)> = None;
     let mut role = None;
     for attr in attrs {
-        let name = match marker_name(attr) {
-            Some(name) => name,
-            None if is_rig_context(attr) => "context",
+        let (name, shown, ours) = match marker_name(attr) {
+            Some(name) => (name, name, true),
+            None if is_rig_context(attr) => ("context", "rig(context)", false),
             None => continue,
         };
-        if let Some(marker) = marker_name(attr)
-            && !matches!(attr.meta, Meta::Path(_))
-        {
+        if ours && !matches!(attr.meta, Meta::Path(_)) {
             errors.add(
                 attr.path().span(),
-                format!("`#[{marker}]` takes no arguments: write `#[{marker}]`"),
+                format!("`#[{name}]` takes no arguments: write `#[{name}]`"),
             );
         }
-        if let Some((first, _)) = marked {
+        if let Some((first, first_shown, first_ours)) = marked {
             if first != name {
                 errors.add(
                     attr.path().span(),
                     format!(
-                        "`#[{first}]` and `#[{name}]` contradict each other: an argument is \
-                         either free text, a call id or context; keep the one it is"
+                        "`#[{first_shown}]` and `#[{shown}]` contradict each other: an argument \
+                         is either free text, a call id or context; keep the one it is"
                     ),
                 );
-            } else if marker_name(attr).is_some() {
+            } else if ours && first_ours {
                 errors.add(
                     attr.path().span(),
                     format!("`#[{name}]` is given twice; keep one"),
@@ -167,7 +167,7 @@ fn role_of(attrs: &[Attribute], ty: &Type, errors: &mut Errors) -> Role {
             }
             continue;
         }
-        marked = Some((name, attr));
+        marked = Some((name, shown, ours));
         role = Some(match name {
             "free_text" => Role::FreeText(Why::Marker),
             "call_id" => Role::CallId(Why::Marker),

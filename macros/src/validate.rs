@@ -225,7 +225,7 @@ pub fn signature<'a>(sig: &'a Signature, errors: &mut Errors) -> Option<&'a Type
         );
         return None;
     };
-    let Type::Path(_) = ret else {
+    let Type::Path(_) = peel(ret) else {
         errors.add(
             ret.span(),
             format!(
@@ -260,7 +260,7 @@ pub fn body_type(sig: &Signature) -> Option<(&Type, bool)> {
     };
     let named = type_name(ret)?;
     let other = matches!(named.as_str(), "Outcome" | "Option") || is_future(ret);
-    (!other && matches!(**ret, Type::Path(_))).then_some((&**ret, sig.asyncness.is_some()))
+    (!other && matches!(peel(ret), Type::Path(_))).then_some((&**ret, sig.asyncness.is_some()))
 }
 
 /// `impl Future`, `Pin<Box<dyn Future>>`, `BoxFuture`: what a macro that
@@ -279,5 +279,14 @@ fn is_future(ty: &Type) -> bool {
                         .contains("Future"))
         }),
         _ => false,
+    }
+}
+
+/// A type without the parentheses or invisible groups around it.
+fn peel(ty: &Type) -> &Type {
+    match ty {
+        Type::Paren(p) => peel(&p.elem),
+        Type::Group(g) => peel(&g.elem),
+        _ => ty,
     }
 }
