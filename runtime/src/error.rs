@@ -18,8 +18,10 @@ pub enum Error {
     /// The key names `<run>` but no run is in scope and no `run` argument was
     /// given. Acting without the run could merge one action across runs.
     #[error(
-        "no run in scope: the key names `<run>`, so wrap the agent run in `Run::scope(..)` \
-         or give the tool a `run` argument; the action was not run"
+        "no run in scope: the key names `<run>`, so wrap the agent run in `Run::scope(..)`, \
+         give the tool a `run` argument, or hand the run to the framework (rig: put it in the \
+         tool context with `idempotent::rig::context`; rmcp: send it in the request's \
+         `_meta` with `idempotent::rmcp::with_run`); the action was not run"
     )]
     MissingRun,
 

@@ -34,7 +34,8 @@ pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use guard::{Call, current_key};
 pub use key::{Key, KeyBuilder, KeyError, KeyPart, KeyPartWriter, PROVIDER_KEY_MAX};
 pub use outcome::{
-    ConflictReason, DEFAULT_CONFLICT_NOTE, DEFAULT_REPLAY_NOTE, OTHER_TOOL_NOTE, Outcome, ToolOutput,
+    ConflictReason, DEFAULT_CONFLICT_NOTE, DEFAULT_REPLAY_NOTE, OTHER_TOOL_NOTE, Outcome,
+    ToolOutput,
 };
 pub use policy::{DEFAULT_LEASE, DEFAULT_RETENTION, DEFAULT_WAIT, Policy, Takeover};
 pub use record::{Ending, Finished, Recorded, ToolId};
