@@ -12,7 +12,11 @@ enum PayError {
 struct Connection;
 
 #[idempotent(key = "<run>:refund:<order_id>")]
-async fn refund_order(run: Run, order_id: String, db: Connection) -> Result<Outcome<u64>, PayError> {
+async fn refund_order(
+    run: Run,
+    order_id: String,
+    db: Connection,
+) -> Result<Outcome<u64>, PayError> {
     Ok(0)
 }
 

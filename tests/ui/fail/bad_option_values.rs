@@ -16,7 +16,7 @@ enum PayError {
     wait = 30,
     takeover = "retry",
     record_errors = true,
-    note = "",
+    note = ""
 )]
 async fn refund_order(run: Run, order_id: String) -> Result<Outcome<u64>, PayError> {
     Ok(0)

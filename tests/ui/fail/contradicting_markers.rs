@@ -16,7 +16,9 @@ impl Payments {
         #[context] &self,
         run: Run,
         order_id: String,
-        #[free_text] #[call_id] note: String,
+        #[free_text]
+        #[call_id]
+        note: String,
         #[context(rig)] ctx: u8,
     ) -> Result<Outcome<u64>, PayError> {
         let _ = (note, ctx);

@@ -8,7 +8,13 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-#[idempotent(key = "<run>:refund:<order_id>", wait = "5s", wait = "30s", record_errors, record_errors)]
+#[idempotent(
+    key = "<run>:refund:<order_id>",
+    wait = "5s",
+    wait = "30s",
+    record_errors,
+    record_errors
+)]
 async fn refund_order(run: Run, order_id: String) -> Result<Outcome<u64>, PayError> {
     Ok(0)
 }

@@ -8,7 +8,11 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-#[idempotent(key = "<run>:refund:<ordr_id>:<reason>", wait = "soon", retension = "7d")]
+#[idempotent(
+    key = "<run>:refund:<ordr_id>:<reason>",
+    wait = "soon",
+    retension = "7d"
+)]
 async fn refund_order(
     run: Run,
     order_id: String,

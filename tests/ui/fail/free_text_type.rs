@@ -11,7 +11,11 @@ enum PayError {
 use idempotent::FreeText;
 
 #[idempotent(key = "<run>:email:<body>")]
-async fn send_email(run: Run, to: String, body: FreeText<String>) -> Result<Outcome<u64>, PayError> {
+async fn send_email(
+    run: Run,
+    to: String,
+    body: FreeText<String>,
+) -> Result<Outcome<u64>, PayError> {
     Ok(0)
 }
 

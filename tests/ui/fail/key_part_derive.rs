@@ -10,7 +10,9 @@ struct Nothing;
 
 #[derive(KeyPart)]
 enum Action {
-    Refund { order_id: u64 },
+    Refund {
+        order_id: u64,
+    },
     #[key_part(rename = "")]
     Cancel,
     #[key_part(name = "x")]

@@ -7,7 +7,12 @@ enum PayError {
     Idempotency(#[from] idempotent::Error),
 }
 
-#[idempotent(key = "<run>:refund:<order_id>", retension = "7d", ttl = "1d", colour = "red")]
+#[idempotent(
+    key = "<run>:refund:<order_id>",
+    retension = "7d",
+    ttl = "1d",
+    colour = "red"
+)]
 async fn refund_order(run: Run, order_id: String) -> Result<Outcome<u64>, PayError> {
     Ok(0)
 }

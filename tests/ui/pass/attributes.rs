@@ -72,6 +72,9 @@ async fn main() -> Result<(), PayError> {
     )
     .await?;
     assert!(first.is_fresh());
-    assert!(again.is_replay(), "call ids, free text and context change nothing");
+    assert!(
+        again.is_replay(),
+        "call ids, free text and context change nothing"
+    );
     Ok(())
 }

@@ -62,7 +62,11 @@ async fn main() -> Result<(), PayError> {
 
     let run = Run::new("run-2")?;
     assert!(refund_by_field(run.clone(), args(42).0).await?.is_fresh());
-    assert!(refund_by_field(run.clone(), args(41).0).await?.is_conflict());
+    assert!(
+        refund_by_field(run.clone(), args(41).0)
+            .await?
+            .is_conflict()
+    );
     assert!(transfer(run.clone(), (1, 2), &5).await?.is_fresh());
     assert!(transfer(run.clone(), (1, 2), &6).await?.is_conflict());
     assert!(pair(run, (1, 2)).await?.is_fresh());

@@ -13,7 +13,11 @@ enum PayError {
 }
 
 #[idempotent(key = "<run>:refund:<order_id>")]
-async fn refund<T>(run: Run, order_id: impl KeyPart + Send, details: T) -> Result<Outcome<T>, PayError>
+async fn refund<T>(
+    run: Run,
+    order_id: impl KeyPart + Send,
+    details: T,
+) -> Result<Outcome<T>, PayError>
 where
     T: Serialize + DeserializeOwned + Clone + Debug + Send + Sync + 'static,
 {

@@ -34,7 +34,9 @@ async fn refund(
     currency: Currency,
 ) -> Result<Outcome<String>, PayError> {
     let _ = (order_id, sku, currency);
-    Ok(idempotent::current_key().map(|k| k.to_string()).unwrap_or_default())
+    Ok(idempotent::current_key()
+        .map(|k| k.to_string())
+        .unwrap_or_default())
 }
 
 fn main() -> Result<(), idempotent::Error> {
@@ -50,7 +52,12 @@ fn main() -> Result<(), idempotent::Error> {
         .map_err(|_| idempotent::Error::MissingRun)?;
     let run = Run::new("run-1")?;
     let key = runtime
-        .block_on(refund(run, OrderId(1182), Sku { code: "a b".into() }, Currency::Euro))
+        .block_on(refund(
+            run,
+            OrderId(1182),
+            Sku { code: "a b".into() },
+            Currency::Euro,
+        ))
         .map_err(|PayError::Idempotency(e)| e)?
         .into_value();
     assert_eq!(key.as_deref(), Some("run-1:refund:1182:a%20b:eur"));

@@ -48,7 +48,11 @@ async fn main() -> Result<(), PayError> {
         store: Arc::new(MemoryStore::new()),
         refunds: 0,
     };
-    assert!(assert_send(payments.refund(run.clone(), 7, 42)).await?.is_fresh());
+    assert!(
+        assert_send(payments.refund(run.clone(), 7, 42))
+            .await?
+            .is_fresh()
+    );
     assert!(payments.refund(run.clone(), 7, 42).await?.is_replay());
     assert_eq!(payments.count(run.clone(), 7).await?.into_value(), Some(1));
     assert_eq!(payments.count(run.clone(), 7).await?.into_value(), Some(1));

@@ -49,11 +49,23 @@ async fn main() -> Result<(), PayError> {
     let store = Arc::new(MemoryStore::new());
     charge(run.clone(), 1, 42, store.clone()).await?;
     let again = charge(run.clone(), 1, 42, store.clone()).await?;
-    assert_eq!(again.note(), Some("This card was already charged; nothing more to do."));
+    assert_eq!(
+        again.note(),
+        Some("This card was already charged; nothing more to do.")
+    );
     let other = charge(run.clone(), 1, 41, store.clone()).await?;
-    assert_eq!(other.note(), Some("A charge with other details stands; ask the user first."));
+    assert_eq!(
+        other.note(),
+        Some("A charge with other details stands; ask the user first.")
+    );
     // A final error is recorded: the duplicate gets it back.
-    assert!(matches!(charge(run.clone(), 2, 500, store.clone()).await, Err(PayError::Declined)));
-    assert!(matches!(charge(run, 2, 500, store).await, Err(PayError::Declined)));
+    assert!(matches!(
+        charge(run.clone(), 2, 500, store.clone()).await,
+        Err(PayError::Declined)
+    ));
+    assert!(matches!(
+        charge(run, 2, 500, store).await,
+        Err(PayError::Declined)
+    ));
     Ok(())
 }
