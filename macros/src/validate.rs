@@ -9,7 +9,7 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{Ident, Index, LitStr, ReturnType, Signature, Type};
+use syn::{GenericArgument, Ident, Index, LitStr, PathArguments, ReturnType, Signature, Type};
 
 use crate::errors::Errors;
 use crate::params::{Params, Role, Why, is_call_id_name, type_name};
@@ -247,7 +247,72 @@ pub fn signature<'a>(sig: &'a Signature, errors: &mut Errors) -> Option<&'a Type
             );
             None
         }
+        Some("Result") => match success_type(ret) {
+            Some(value) if is_plain_value(value) => {
+                let value = value.to_token_stream().to_string().replace(' ', "");
+                errors.add(
+                    success_type(ret).map_or(ret.span(), Spanned::span),
+                    format!(
+                        "`{name}` returns `{value}` on success, but a guarded tool returns \
+                         `Outcome<{value}>`, which tells the caller a fresh result from a replay \
+                         or a conflict. Write `Result<Outcome<{value}>, ..>`; the body still \
+                         returns `Ok(value)`, and the guard wraps it"
+                    ),
+                );
+                None
+            }
+            _ => Some(ret),
+        },
         _ => Some(ret),
+    }
+}
+
+/// The `O` of a return type written `Result<O, ..>`.
+fn success_type(ret: &Type) -> Option<&Type> {
+    let Type::Path(path) = peel(ret) else {
+        return None;
+    };
+    let PathArguments::AngleBracketed(args) = &path.path.segments.last()?.arguments else {
+        return None;
+    };
+    match args.args.first()? {
+        GenericArgument::Type(ty) => Some(ty),
+        _ => None,
+    }
+}
+
+/// A type that is plainly a value and no `ToolOutput`: a number, text, a
+/// collection, a tuple, a reference.
+fn is_plain_value(ty: &Type) -> bool {
+    match peel(ty) {
+        Type::Tuple(_) | Type::Reference(_) | Type::Array(_) | Type::Slice(_) => true,
+        Type::Path(_) => matches!(
+            type_name(ty).as_deref(),
+            Some(
+                "u8" | "u16"
+                    | "u32"
+                    | "u64"
+                    | "u128"
+                    | "usize"
+                    | "i8"
+                    | "i16"
+                    | "i32"
+                    | "i64"
+                    | "i128"
+                    | "isize"
+                    | "f32"
+                    | "f64"
+                    | "bool"
+                    | "char"
+                    | "str"
+                    | "String"
+                    | "Vec"
+                    | "HashMap"
+                    | "BTreeMap"
+                    | "Value"
+            )
+        ),
+        _ => false,
     }
 }
 
@@ -259,7 +324,9 @@ pub fn body_type(sig: &Signature) -> Option<(&Type, bool)> {
         return None;
     };
     let named = type_name(ret)?;
-    let other = matches!(named.as_str(), "Outcome" | "Option") || is_future(ret);
+    let other = matches!(named.as_str(), "Outcome" | "Option")
+        || is_future(ret)
+        || success_type(ret).is_some_and(is_plain_value);
     (!other && matches!(peel(ret), Type::Path(_))).then_some((&**ret, sig.asyncness.is_some()))
 }
 

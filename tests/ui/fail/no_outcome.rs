@@ -14,3 +14,12 @@ async fn refund_order(run: Run, order_id: String) -> Result<u64, PayError> {
 }
 
 fn main() {}
+
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+struct Refund;
+
+// A type of the tool's own is caught by the `ToolOutput` bound.
+#[idempotent(key = "<run>:refund:<order_id>")]
+async fn refund_struct(run: Run, order_id: String) -> Result<Refund, PayError> {
+    Ok(Refund)
+}
