@@ -73,9 +73,10 @@ impl Key {
         if self.0.len() <= PROVIDER_KEY_MAX {
             return Cow::Borrowed(&self.0);
         }
-        // Every byte of a key is ASCII (values are percent-encoded, and
-        // literals are checked), so any byte index is a char boundary; the
-        // check keeps this total for keys built some other way.
+        // Values are percent-encoded to ASCII, but a template's literal text
+        // may hold any character but `%`, `<` and `>`: cut on a char
+        // boundary. The cut never splits the `%~` marker's meaning, since a
+        // short key's `%` is always followed by two hex digits.
         let mut cut = PROVIDER_KEY_PREFIX;
         while !self.0.is_char_boundary(cut) {
             cut -= 1;

@@ -140,6 +140,12 @@ impl<T> Outcome<T> {
 /// `#[idempotent]` reads the tool's return type `Result<O, E>`: the body
 /// returns `Result<O::Value, E>`, and the guard wraps the value. Implemented
 /// for [`Outcome<T>`] itself; framework adapters add their own wrappers.
+#[diagnostic::on_unimplemented(
+    message = "a guarded tool returns `Result<Outcome<T>, E>`, not `Result<{Self}, E>`",
+    label = "write `Outcome<{Self}>` here",
+    note = "`Outcome` tells the caller a fresh result from a replay or a conflict, and carries the note the model reads on a repeat",
+    note = "the body still returns `Ok(value)`; the guard wraps it"
+)]
 pub trait ToolOutput: Sized {
     /// What the tool's body produces.
     type Value;
