@@ -40,14 +40,14 @@ pub use outcome::{
 pub use policy::{DEFAULT_LEASE, DEFAULT_RETENTION, DEFAULT_WAIT, Policy, Takeover};
 pub use record::{Ending, Finished, Recorded, ToolId};
 pub use run::Run;
-pub use store::{
-    Claim, ClaimRequest, ClaimState, IntoStore, MemoryStore, Store, StoreError, StoreFuture,
-    StoreResult, Wait, default_store, set_default_store,
-};
 #[cfg(feature = "postgres")]
 pub use store::PostgresStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
+pub use store::{
+    Claim, ClaimRequest, ClaimState, IntoStore, MemoryStore, Store, StoreError, StoreFuture,
+    StoreResult, Wait, default_store, set_default_store,
+};
 pub use text::{CallId, FreeText};
 
 #[doc(hidden)]
