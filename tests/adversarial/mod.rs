@@ -130,6 +130,52 @@ async fn within<F: std::future::Future>(what: &str, fut: F) -> F::Output {
     }
 }
 
+/// How a held action ends once it is told to finish.
+#[derive(Clone, Copy)]
+pub enum Ending {
+    /// It refunds order 1182 for 42 at the provider.
+    Refunds,
+    /// It fails without reaching the provider.
+    Fails,
+}
+
+/// A refund call in flight: its action is running and waits to be told to
+/// finish, so a case can act while the claim is held.
+pub struct Holder {
+    finish: Arc<Notify>,
+    task: tokio::task::JoinHandle<Result<Outcome<Refund>, PayError>>,
+}
+
+impl Holder {
+    /// Starts `call` on its own task and returns once its action runs.
+    pub async fn start(call: Call, provider: Arc<Provider>, ending: Ending) -> Holder {
+        let entered = Arc::new(Notify::new());
+        let finish = Arc::new(Notify::new());
+        let task = {
+            let (entered, finish) = (entered.clone(), finish.clone());
+            tokio::spawn(async move {
+                call.run(async {
+                    entered.notify_one();
+                    finish.notified().await;
+                    match ending {
+                        Ending::Refunds => Ok(provider.refund("1182", 42)),
+                        Ending::Fails => Err(PayError::Declined("timeout".into())),
+                    }
+                })
+                .await
+            })
+        };
+        within("the holder acting", entered.notified()).await;
+        Holder { finish, task }
+    }
+
+    /// Lets the action finish and returns the holder's result.
+    pub async fn finish(self) -> Result<Outcome<Refund>, PayError> {
+        self.finish.notify_one();
+        within("the holder", self.task).await.expect("task")
+    }
+}
+
 pub async fn concurrent_identical_calls_act_once(store: Arc<dyn Store>, callers: usize) {
     let run = fresh_run();
     let provider = Arc::new(Provider::default());
@@ -264,26 +310,12 @@ pub async fn an_error_releases_the_claim_and_a_retry_acts(store: Arc<dyn Store>)
 pub async fn waiters_take_over_once_when_the_holder_fails(store: Arc<dyn Store>) {
     let run = fresh_run();
     let provider = Arc::new(Provider::default());
-    let entered = Arc::new(Notify::new());
-    let fail_now = Arc::new(Notify::new());
-    let holder = {
-        let (store, run, entered, fail_now) = (
-            store.clone(),
-            run.clone(),
-            entered.clone(),
-            fail_now.clone(),
-        );
-        tokio::spawn(async move {
-            refund_call(&store, &run, "1182", 42)
-                .run(async {
-                    entered.notify_one();
-                    fail_now.notified().await;
-                    Err::<Refund, _>(PayError::Declined("timeout".into()))
-                })
-                .await
-        })
-    };
-    within("the holder acting", entered.notified()).await;
+    let holder = Holder::start(
+        refund_call(&store, &run, "1182", 42),
+        provider.clone(),
+        Ending::Fails,
+    )
+    .await;
     let waiters: Vec<_> = (0..8)
         .map(|_| {
             let (store, run, provider) = (store.clone(), run.clone(), provider.clone());
@@ -294,8 +326,7 @@ pub async fn waiters_take_over_once_when_the_holder_fails(store: Arc<dyn Store>)
             })
         })
         .collect();
-    fail_now.notify_one();
-    let held = within("the holder", holder).await.expect("task");
+    let held = holder.finish().await;
     assert!(matches!(held, Err(PayError::Declined(_))));
     let mut fresh = 0;
     for waiter in waiters {
@@ -422,27 +453,12 @@ pub async fn other_arguments_after_completion_conflict_with_the_first_result(
 pub async fn other_arguments_in_flight_conflict_without_acting(store: Arc<dyn Store>) {
     let run = fresh_run();
     let provider = Arc::new(Provider::default());
-    let entered = Arc::new(Notify::new());
-    let finish = Arc::new(Notify::new());
-    let holder = {
-        let (store, run, provider, entered, finish) = (
-            store.clone(),
-            run.clone(),
-            provider.clone(),
-            entered.clone(),
-            finish.clone(),
-        );
-        tokio::spawn(async move {
-            refund_call(&store, &run, "1182", 42)
-                .run(async {
-                    entered.notify_one();
-                    finish.notified().await;
-                    Ok::<_, PayError>(provider.refund("1182", 42))
-                })
-                .await
-        })
-    };
-    within("the holder acting", entered.notified()).await;
+    let holder = Holder::start(
+        refund_call(&store, &run, "1182", 42),
+        provider.clone(),
+        Ending::Refunds,
+    )
+    .await;
     let other = refund_call(&store, &run, "1182", 41)
         .run(async { Ok::<_, PayError>(provider.refund("1182", 41)) })
         .await
@@ -457,14 +473,7 @@ pub async fn other_arguments_in_flight_conflict_without_acting(store: Arc<dyn St
         ),
         "{other:?}"
     );
-    finish.notify_one();
-    assert!(
-        within("the holder", holder)
-            .await
-            .expect("task")
-            .expect("first")
-            .is_fresh()
-    );
+    assert!(holder.finish().await.expect("first").is_fresh());
     assert_eq!(provider.refunds(), 1);
 }
 
@@ -519,27 +528,12 @@ pub async fn using_a_key_inside_its_own_action_fails_at_once(store: Arc<dyn Stor
 pub async fn a_duplicate_past_the_wait_deadline_is_in_progress(store: Arc<dyn Store>) {
     let run = fresh_run();
     let provider = Arc::new(Provider::default());
-    let entered = Arc::new(Notify::new());
-    let finish = Arc::new(Notify::new());
-    let holder = {
-        let (store, run, provider, entered, finish) = (
-            store.clone(),
-            run.clone(),
-            provider.clone(),
-            entered.clone(),
-            finish.clone(),
-        );
-        tokio::spawn(async move {
-            refund_call(&store, &run, "1182", 42)
-                .run(async {
-                    entered.notify_one();
-                    finish.notified().await;
-                    Ok::<_, PayError>(provider.refund("1182", 42))
-                })
-                .await
-        })
-    };
-    within("the holder acting", entered.notified()).await;
+    let holder = Holder::start(
+        refund_call(&store, &run, "1182", 42),
+        provider.clone(),
+        Ending::Refunds,
+    )
+    .await;
     let late = refund_call(&store, &run, "1182", 42)
         .wait(Duration::from_millis(100))
         .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
@@ -551,11 +545,7 @@ pub async fn a_duplicate_past_the_wait_deadline_is_in_progress(store: Arc<dyn St
         ),
         Ok(outcome) => panic!("expected InProgress, got {outcome:?}"),
     }
-    finish.notify_one();
-    within("the holder", holder)
-        .await
-        .expect("task")
-        .expect("first");
+    holder.finish().await.expect("first");
     assert_eq!(provider.refunds(), 1);
 }
 
@@ -592,28 +582,12 @@ pub async fn a_record_past_its_retention_is_acted_again(store: Arc<dyn Store>) {
 pub async fn a_purge_never_removes_a_held_claim(store: Arc<dyn Store>) {
     let run = fresh_run();
     let provider = Arc::new(Provider::default());
-    let entered = Arc::new(Notify::new());
-    let finish = Arc::new(Notify::new());
-    let holder = {
-        let (store, run, provider, entered, finish) = (
-            store.clone(),
-            run.clone(),
-            provider.clone(),
-            entered.clone(),
-            finish.clone(),
-        );
-        tokio::spawn(async move {
-            refund_call(&store, &run, "1182", 42)
-                .retention(Duration::ZERO)
-                .run(async {
-                    entered.notify_one();
-                    finish.notified().await;
-                    Ok::<_, PayError>(provider.refund("1182", 42))
-                })
-                .await
-        })
-    };
-    within("the holder acting", entered.notified()).await;
+    let holder = Holder::start(
+        refund_call(&store, &run, "1182", 42).retention(Duration::ZERO),
+        provider.clone(),
+        Ending::Refunds,
+    )
+    .await;
     store.purge_expired().await.expect("purge");
     let during = refund_call(&store, &run, "1182", 42)
         .wait(Duration::from_millis(100))
@@ -623,11 +597,7 @@ pub async fn a_purge_never_removes_a_held_claim(store: Arc<dyn Store>) {
         matches!(&during, Err(err) if matches!(err.guard(), Some(Error::InProgress { .. }))),
         "the held claim must survive the purge: {during:?}"
     );
-    finish.notify_one();
-    within("the holder", holder)
-        .await
-        .expect("task")
-        .expect("first");
+    holder.finish().await.expect("first");
     assert_eq!(provider.refunds(), 1);
     assert!(store.purge_expired().await.expect("purge") >= 1);
 }
