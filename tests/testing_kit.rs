@@ -341,6 +341,23 @@ async fn the_provider_keeps_the_first_refund_under_a_key() {
 }
 
 #[tokio::test]
+async fn the_provider_counts_the_refunds_of_each_order_apart() {
+    let provider = Provider::with_delay(Duration::ZERO);
+    provider.refund("1182", 42, Some("k")).await.ok();
+    provider.refund("1182", 42, Some("k")).await.ok();
+    provider.refund("1182", 42, None).await.ok();
+    provider.refund("1183", 42, None).await.ok();
+    assert_eq!(
+        provider.refunds_of("1182"),
+        2,
+        "a repeat under a key is no refund"
+    );
+    assert_eq!(provider.refunds_of("1183"), 1);
+    assert_eq!(provider.refunds_of("1184"), 0);
+    assert_eq!(provider.refunds_on_file(), 3);
+}
+
+#[tokio::test]
 async fn the_provider_refunds_every_call_without_a_key() {
     let provider = Provider::with_delay(Duration::ZERO);
     for _ in 0..3 {

@@ -55,8 +55,9 @@ pub enum ProviderError {
 /// - Each call waits for a simulated network delay that really yields, so
 ///   two calls in one step overlap as they would against a real provider,
 ///   and a check made before the call races.
-/// - It counts what reached it: [`refunds_on_file`](Provider::refunds_on_file)
-///   and [`calls_received`](Provider::calls_received). Count these, never what
+/// - It counts what reached it: [`refunds_on_file`](Provider::refunds_on_file),
+///   [`refunds_of`](Provider::refunds_of) one order, and
+///   [`calls_received`](Provider::calls_received). Count these, never what
 ///   the model said at the end.
 ///
 /// Clones share one provider, so a tool can hold a clone and a test can read
@@ -176,6 +177,36 @@ impl Provider {
     /// How many refunds the provider made: the number that matters.
     pub fn refunds_on_file(&self) -> usize {
         self.ledger().refunds.len()
+    }
+
+    /// How many refunds the provider made on `order_id`.
+    ///
+    /// For a provider that several tests or tools share, each with its own
+    /// order: each counts only the refunds of its order, so tests that run
+    /// at the same time never count each other's.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use idempotent_runtime::testing::Provider;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), idempotent_runtime::testing::ProviderError> {
+    /// let provider = Provider::with_delay(Duration::ZERO);
+    /// provider.refund("1182", 42, None).await?;
+    /// provider.refund("1182", 42, None).await?;
+    /// provider.refund("1183", 42, None).await?;
+    /// assert_eq!(provider.refunds_of("1182"), 2);
+    /// assert_eq!(provider.refunds_of("1183"), 1);
+    /// assert_eq!(provider.refunds_of("1184"), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn refunds_of(&self, order_id: &str) -> usize {
+        let ledger = self.ledger();
+        ledger
+            .refunds
+            .iter()
+            .filter(|refund| refund.order_id == order_id)
+            .count()
     }
 
     /// How many refund calls reached the provider, repeats included.
