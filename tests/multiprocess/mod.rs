@@ -18,6 +18,7 @@ use std::sync::mpsc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use idempotent::{Call, Error, Fingerprint, Key, Outcome, Run, Store, Takeover};
+use tempfile::TempDir;
 
 /// The environment variable naming a child's role.
 pub const ROLE: &str = "IDEMPOTENT_TEST_ROLE";
@@ -207,7 +208,12 @@ impl FileProvider {
 
 /// The key every child refunds under.
 pub fn the_key() -> Key {
-    let run = Run::new(std::env::var(RUN).expect("run id")).expect("run");
+    key_of(&std::env::var(RUN).expect("run id"))
+}
+
+/// The key the children of the run `run` refund under.
+pub fn key_of(run: &str) -> Key {
+    let run = Run::new(run).expect("run");
     Key::builder()
         .part("run", &run)
         .and_then(|b| b.literal(":refund:"))
@@ -364,4 +370,181 @@ pub fn report_of(proc: &mut Proc) -> Report {
 /// A child's final outcome or error, whether or not its action ran.
 pub fn final_word(proc: &mut Proc) -> Result<(bool, String), String> {
     report_of(proc).result
+}
+
+/// The test every child process runs: a store's test file defines a test of
+/// this name that opens its store and calls [`play`] when [`role`] is set.
+pub const ENTRY: &str = "child_process";
+
+/// Children on one store, one run and one provider file.
+pub struct Scene {
+    dir: TempDir,
+    /// The run id every child builds its key from.
+    pub run: String,
+    store: Vec<(&'static str, String)>,
+}
+
+impl Scene {
+    /// A scene whose provider file lives in `dir`, and whose children find
+    /// their store through the environment variables `store`.
+    pub fn new(dir: TempDir, store: Vec<(&'static str, String)>) -> Scene {
+        Scene {
+            dir,
+            run: crate::adversarial::fresh_run().to_string(),
+            store,
+        }
+    }
+
+    /// The scene's directory, removed with it.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The provider stand-in's file.
+    pub fn provider(&self) -> PathBuf {
+        self.dir.path().join("provider.log")
+    }
+
+    /// Starts a child playing `role`, claiming with `lease` if given.
+    pub fn spawn(&self, role: &str, lease: Option<Duration>) -> Proc {
+        let mut env = self.store.clone();
+        env.push((RUN, self.run.clone()));
+        env.push((PROVIDER, self.provider().display().to_string()));
+        if let Some(lease) = lease {
+            env.push((LEASE_MS, lease.as_millis().to_string()));
+        }
+        Proc::spawn(ENTRY, role, &env)
+    }
+
+    /// How many refunds reached the provider.
+    pub fn refunds(&self) -> usize {
+        FileProvider::refunds(&self.provider())
+    }
+
+    /// The key every child of this scene refunds under.
+    pub fn key(&self) -> Key {
+        key_of(&self.run)
+    }
+}
+
+// The scenarios every durable store plays; each blocks while its children run.
+
+/// Six children wait at a barrier, then refund the same order at once.
+pub fn six_processes_refunding_the_same_order_at_once_refund_it_once(scene: &Scene) {
+    let mut procs: Vec<Proc> = (0..6).map(|_| scene.spawn("race", None)).collect();
+    for proc in &mut procs {
+        proc.expect("ready");
+    }
+    for proc in &mut procs {
+        proc.tell("go");
+    }
+    let mut fresh = Vec::new();
+    let mut values = Vec::new();
+    for proc in &mut procs {
+        let (is_fresh, value) = final_word(proc).expect("an outcome");
+        if is_fresh {
+            fresh.push(proc.name.clone());
+        }
+        values.push(value);
+    }
+    for proc in procs {
+        proc.finish();
+    }
+    assert_eq!(fresh.len(), 1, "exactly one process acts: {fresh:?}");
+    assert_eq!(
+        scene.refunds(),
+        1,
+        "exactly one refund reached the provider"
+    );
+    assert!(
+        values.iter().all(|v| *v == values[0]),
+        "every process got the one refund: {values:?}"
+    );
+}
+
+/// A holder is killed while it acts; three children race to take over.
+pub fn a_holder_killed_mid_action_is_taken_over_once_after_its_lease(scene: &Scene) {
+    let lease = Duration::from_millis(1000);
+    let mut holder = scene.spawn("hold", Some(lease));
+    holder.expect("acting");
+    holder.kill_9();
+    let killed_at = now_ms();
+
+    let mut procs: Vec<Proc> = (0..3)
+        .map(|_| scene.spawn("takeover", Some(lease)))
+        .collect();
+    let mut acted_at = Vec::new();
+    let mut fresh = 0;
+    for proc in &mut procs {
+        let report = report_of(proc);
+        acted_at.extend(report.acted_at);
+        fresh += usize::from(report.fresh());
+    }
+    for proc in procs {
+        proc.finish();
+    }
+    assert_eq!(fresh, 1, "exactly one process takes the claim over");
+    assert_eq!(acted_at.len(), 1);
+    assert_eq!(
+        scene.refunds(),
+        1,
+        "the killed holder never reached the provider"
+    );
+    // The holder renewed every third of its lease, so its lease ran at least
+    // two thirds of a lease past the kill.
+    let earliest = killed_at + lease.as_millis() * 2 / 3;
+    assert!(
+        acted_at[0] + 50 >= earliest,
+        "taken over {} ms after the kill, before the lease ran out",
+        acted_at[0].saturating_sub(killed_at)
+    );
+}
+
+/// A holder is killed while it acts; later callers that report an unknown
+/// outcome, and any caller after them, run nothing.
+pub fn after_a_crash_the_report_unknown_policy_runs_nothing_and_says_so(scene: &Scene) {
+    let lease = Duration::from_millis(300);
+    let mut holder = scene.spawn("hold", Some(lease));
+    holder.expect("acting");
+    holder.kill_9();
+    let mut unknown = scene.spawn("unknown", Some(lease));
+    assert_eq!(
+        final_word(&mut unknown),
+        Err("unknown-outcome".to_owned()),
+        "the takeover must not run the action"
+    );
+    unknown.finish();
+    let mut later = scene.spawn("takeover", Some(lease));
+    assert_eq!(final_word(&mut later), Err("unknown-outcome".to_owned()));
+    later.finish();
+    assert_eq!(scene.refunds(), 0);
+}
+
+/// A holder is paused (SIGSTOP) past its lease while another takes over and
+/// completes; resumed, it finishes and is refused.
+pub fn a_stale_holder_paused_past_its_lease_cannot_overwrite_the_result(scene: &Scene) {
+    let lease = Duration::from_millis(500);
+    let mut stale = scene.spawn("stale", Some(lease));
+    stale.expect("acting");
+    stale.pause();
+
+    let mut current = scene.spawn("takeover", Some(lease));
+    current.expect("acting");
+    let (fresh, value) = final_word(&mut current).expect("the takeover's outcome");
+    assert!(fresh);
+    current.finish();
+
+    stale.resume();
+    stale.tell("finish");
+    assert_eq!(final_word(&mut stale), Err("lease-lost".to_owned()));
+    stale.finish();
+
+    let mut after = scene.spawn("takeover", Some(lease));
+    assert_eq!(
+        final_word(&mut after),
+        Ok((false, value)),
+        "the takeover's result stands"
+    );
+    after.finish();
+    assert_eq!(scene.refunds(), 1);
 }
