@@ -1,11 +1,15 @@
 //! `#[idempotent]` in rig (rig-core and rig-agent 0.44), driven by rig's own
-//! scripted model. Every test counts what reached the provider stand-in.
+//! scripted model. Every test counts the refunds that the test kit's
+//! stand-in provider made.
 #![cfg(feature = "rig")]
 
-use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+mod frameworks_common;
 
+use std::sync::LazyLock;
+
+use frameworks_common::{ShopError, provider_key};
 use idempotent::rig::{InRun, context, run_of};
+use idempotent::testing::{Provider, Refund};
 use idempotent::{Outcome, Run, idempotent};
 use rig_agent::test_utils::{MockCompletionModel, MockTurn};
 use rig_agent::{Agent, AgentBuilder};
@@ -13,102 +17,8 @@ use rig_core::completion::{AssistantContent, Message};
 use rig_core::message::{ToolName, ToolResult, UserContent};
 use rig_core::rig_tool;
 use rig_core::tool::{Tool, ToolContext};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Value, json};
-
-// ---------------------------------------------------------------------------
-// A stand-in payment provider.
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Refund {
-    id: String,
-    order_id: String,
-    usd: u64,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("the payment provider did not answer in time (the refund may have been made)")]
-struct ReplyLost;
-
-#[derive(Default)]
-struct Ledger {
-    /// Refunds kept under their idempotency key, as Stripe does.
-    by_key: HashMap<String, Refund>,
-    /// Every refund made, in order.
-    made: Vec<Refund>,
-    /// Orders whose next refund is made but whose answer is lost.
-    lose_reply: Vec<String>,
-}
-
-/// Keeps the first refund made under a key; a repeat under that key gets it
-/// back. Without a key every call makes a refund. Each call yields once, as
-/// a network call does, so two calls of one step overlap.
-#[derive(Clone, Default)]
-struct Provider(Arc<Mutex<Ledger>>);
-
-impl Provider {
-    async fn refund(
-        &self,
-        order_id: &str,
-        usd: u64,
-        key: Option<String>,
-    ) -> Result<Refund, ReplyLost> {
-        tokio::task::yield_now().await;
-        let mut ledger = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let refund = match key.as_ref().and_then(|k| ledger.by_key.get(k)) {
-            Some(kept) => kept.clone(),
-            None => {
-                let refund = Refund {
-                    id: format!("re_{}", ledger.made.len() + 1),
-                    order_id: order_id.to_owned(),
-                    usd,
-                };
-                ledger.made.push(refund.clone());
-                if let Some(key) = key {
-                    ledger.by_key.insert(key, refund.clone());
-                }
-                refund
-            }
-        };
-        if let Some(at) = ledger.lose_reply.iter().position(|o| o == order_id) {
-            ledger.lose_reply.remove(at);
-            return Err(ReplyLost);
-        }
-        Ok(refund)
-    }
-
-    /// The next refund of `order_id` is made, but its answer never arrives.
-    fn lose_next_reply(&self, order_id: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .lose_reply
-            .push(order_id.to_owned());
-    }
-
-    fn refunds_of(&self, order_id: &str) -> usize {
-        let ledger = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        ledger
-            .made
-            .iter()
-            .filter(|r| r.order_id == order_id)
-            .count()
-    }
-}
-
-/// The key the guard holds, in the provider's form: the provider then
-/// deduplicates a retry after a lost reply.
-fn provider_key() -> Option<String> {
-    idempotent::current_key().map(|key| key.provider_key().into_owned())
-}
-
-#[derive(Debug, thiserror::Error)]
-enum ShopError {
-    #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
-    #[error(transparent)]
-    Provider(#[from] ReplyLost),
-}
 
 // ---------------------------------------------------------------------------
 // The tools, in every way rig makes one.
@@ -135,7 +45,9 @@ async fn refund_below(
     #[free_text] reason: String,
 ) -> Result<Outcome<Refund>, ShopError> {
     let _ = reason;
-    Ok(PROVIDER.refund(&order_id, usd, provider_key()).await?)
+    Ok(PROVIDER
+        .refund(&order_id, usd, provider_key().as_deref())
+        .await?)
 }
 
 // `#[idempotent]` above `#[rig_tool]`: the guard rewrites the body and keeps
@@ -156,7 +68,9 @@ async fn refund_above(
     #[free_text] reason: String,
 ) -> Result<Outcome<Refund>, ShopError> {
     let _ = reason;
-    Ok(PROVIDER.refund(&order_id, usd, provider_key()).await?)
+    Ok(PROVIDER
+        .refund(&order_id, usd, provider_key().as_deref())
+        .await?)
 }
 
 /// A hand-written rig tool, delegating to an annotated function that takes
@@ -181,7 +95,9 @@ async fn refund_order(
     #[free_text] reason: String,
 ) -> Result<Outcome<Refund>, ShopError> {
     let _ = (run, reason);
-    Ok(provider.refund(&order_id, usd, provider_key()).await?)
+    Ok(provider
+        .refund(&order_id, usd, provider_key().as_deref())
+        .await?)
 }
 
 impl Tool for RefundOrder {
@@ -404,7 +320,7 @@ async fn a_hand_written_tool_delegating_to_an_annotated_fn_refunds_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_retry_after_a_lost_reply_refunds_once_and_returns_the_first_refund() {
     let provider = Provider::default();
-    provider.lose_next_reply("1184");
+    provider.lose_next_reply();
     let agent = AgentBuilder::new(retry_after_failure("1184"))
         .tool(RefundOrder {
             provider: provider.clone(),
@@ -490,7 +406,9 @@ async fn refund_in_scope(
     #[free_text] reason: String,
 ) -> Result<Outcome<Refund>, ShopError> {
     let _ = reason;
-    Ok(provider.refund(&order_id, usd, provider_key()).await?)
+    Ok(provider
+        .refund(&order_id, usd, provider_key().as_deref())
+        .await?)
 }
 
 impl Tool for RefundOrderInRun {

@@ -1,12 +1,13 @@
 //! `#[idempotent]` in rmcp 3.11: a real MCP client calls a real MCP server
-//! over an in-memory duplex pipe. Every test counts what reached the
-//! provider stand-in.
+//! over an in-memory duplex pipe. Every test counts the refunds that the
+//! test kit's stand-in provider made.
 #![cfg(feature = "rmcp")]
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+mod frameworks_common;
 
+use frameworks_common::{ShopError, provider_key};
 use idempotent::rmcp::{STATUS_META_KEY, with_run};
+use idempotent::testing::{Provider, Refund};
 use idempotent::{FreeText, Outcome, Run, idempotent};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -19,95 +20,8 @@ use rmcp::{ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router}
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-// ---------------------------------------------------------------------------
-// A stand-in payment provider.
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Refund {
-    id: String,
-    order_id: String,
-    usd: u64,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("the payment provider did not answer in time (the refund may have been made)")]
-struct ReplyLost;
-
-#[derive(Default)]
-struct Ledger {
-    by_key: HashMap<String, Refund>,
-    made: Vec<Refund>,
-    lose_reply: Vec<String>,
-}
-
-/// Keeps the first refund made under a key; a repeat under that key gets it
-/// back. Without a key every call makes a refund.
-#[derive(Clone, Default)]
-struct Provider(Arc<Mutex<Ledger>>);
-
-impl Provider {
-    async fn refund(
-        &self,
-        order_id: &str,
-        usd: u64,
-        key: Option<String>,
-    ) -> Result<Refund, ReplyLost> {
-        tokio::task::yield_now().await;
-        let mut ledger = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let refund = match key.as_ref().and_then(|k| ledger.by_key.get(k)) {
-            Some(kept) => kept.clone(),
-            None => {
-                let refund = Refund {
-                    id: format!("re_{}", ledger.made.len() + 1),
-                    order_id: order_id.to_owned(),
-                    usd,
-                };
-                ledger.made.push(refund.clone());
-                if let Some(key) = key {
-                    ledger.by_key.insert(key, refund.clone());
-                }
-                refund
-            }
-        };
-        if let Some(at) = ledger.lose_reply.iter().position(|o| o == order_id) {
-            ledger.lose_reply.remove(at);
-            return Err(ReplyLost);
-        }
-        Ok(refund)
-    }
-
-    fn lose_next_reply(&self, order_id: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .lose_reply
-            .push(order_id.to_owned());
-    }
-
-    fn refunds_of(&self, order_id: &str) -> usize {
-        let ledger = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        ledger
-            .made
-            .iter()
-            .filter(|r| r.order_id == order_id)
-            .count()
-    }
-}
-
-fn provider_key() -> Option<String> {
-    idempotent::current_key().map(|key| key.provider_key().into_owned())
-}
-
-/// The tools' error. It reaches the client as a tool-level error
-/// (`is_error: true`) that the model reads.
-#[derive(Debug, thiserror::Error)]
-enum ShopError {
-    #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
-    #[error(transparent)]
-    Provider(#[from] ReplyLost),
-}
-
+/// A tool's error reaches the client as a tool-level error (`is_error:
+/// true`) that the model reads.
 impl IntoContents for ShopError {
     fn into_contents(self) -> Vec<ContentBlock> {
         vec![ContentBlock::text(self.to_string())]
@@ -156,7 +70,7 @@ impl Shop {
         let _ = run;
         Ok(self
             .provider
-            .refund(&args.order_id, args.usd, provider_key())
+            .refund(&args.order_id, args.usd, provider_key().as_deref())
             .await?)
     }
 
@@ -169,7 +83,7 @@ impl Shop {
     ) -> Result<Outcome<Refund>, ShopError> {
         Ok(self
             .provider
-            .refund(&args.order_id, args.usd, provider_key())
+            .refund(&args.order_id, args.usd, provider_key().as_deref())
             .await?)
     }
 
@@ -301,7 +215,7 @@ async fn two_concurrent_calls_for_the_same_refund_refund_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_retry_after_an_injected_failure_refunds_once() {
     let provider = Provider::default();
-    provider.lose_next_reply("2182");
+    provider.lose_next_reply();
     let client = connect(Shop::new(provider.clone(), session("mcp-unused"))).await;
 
     let failed = client
