@@ -9,6 +9,7 @@
 #![cfg(feature = "postgres")]
 
 mod adversarial;
+mod durable;
 mod multiprocess;
 
 use std::net::SocketAddr;
@@ -17,14 +18,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use adversarial::{PayError, Provider, fresh_run, refund_call, refund_key, usd};
+use durable::{Durable, TOOL, claimed, finished, in_flight, request};
 use idempotent::store::PostgresStore;
 use idempotent::store::postgres::deadpool_postgres;
 use idempotent::store::postgres::tokio_postgres::{self, Config, NoTls};
 use idempotent::{
-    Call, Claim, ClaimRequest, ClaimState, ConflictReason, Ending, Error, Finished, Key, Recorded,
-    Store, StoreError, StoreFuture, StoreResult, ToolId,
+    Claim, ClaimRequest, ClaimState, ConflictReason, Error, Finished, Key, Store, StoreError,
+    StoreFuture, StoreResult, ToolId,
 };
-use multiprocess::{FileProvider, LEASE_MS, PROVIDER, Proc, RUN, final_word};
+use multiprocess::Scene;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -158,43 +160,33 @@ impl Store for InSchema {
     }
 }
 
-async fn postgres() -> Option<Arc<dyn Store>> {
+impl Durable for InSchema {
+    fn statements(&self) -> u64 {
+        self.store.statements()
+    }
+}
+
+/// A store in a schema of its own, purging `purge_batch` rows per statement
+/// if given.
+async fn in_schema(purge_batch: Option<usize>) -> Option<InSchema> {
     let schema = Schema::new().await?;
-    let store = schema.store().await;
-    Some(Arc::new(InSchema {
+    let mut store = schema.store().await;
+    if let Some(rows) = purge_batch {
+        store = store.purge_batch(rows);
+    }
+    Some(InSchema {
         store,
         _schema: schema,
-    }))
+    })
+}
+
+async fn postgres() -> Option<Arc<dyn Store>> {
+    let store: Arc<dyn Store> = Arc::new(in_schema(None).await?);
+    Some(store)
 }
 
 adversarial_suite!(postgres(), callers = 200);
-
-static TOOL: ToolId = ToolId::new("shop::refund_order");
-
-fn request<'a>(key: &'a Key, lease: Duration) -> ClaimRequest<'a> {
-    ClaimRequest {
-        key,
-        tool: &TOOL,
-        fingerprint: usd(42),
-        lease,
-        retention: Duration::from_secs(3600),
-    }
-}
-
-fn finished(json: &str) -> Finished {
-    Finished {
-        ending: Ending::Ok,
-        value: Recorded::from_json(json),
-        finished_at: SystemTime::now(),
-    }
-}
-
-async fn claimed(store: &dyn Store, req: ClaimRequest<'_>) -> Claim {
-    match store.claim(req).await.expect("claim") {
-        ClaimState::Claimed(claim) => claim,
-        other => panic!("expected to hold the claim, got {other:?}"),
-    }
-}
+durable_suite!(in_schema);
 
 /// A TCP proxy in front of the server that counts round trips: every
 /// `Sync` (extended protocol) and `Query` (simple protocol) message a client
@@ -395,180 +387,10 @@ async fn a_claim_a_completion_a_replay_and_a_wait_take_one_round_trip_each() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn measured_latency_of_a_guarded_call_on_the_local_server() {
-    let Some(schema) = Schema::new().await else {
+    let Some(store) = in_schema(None).await else {
         return;
     };
-    let store: Arc<dyn Store> = Arc::new(schema.store().await);
-    let run = fresh_run();
-    let n = 200u32;
-    let started = Instant::now();
-    for order in 0..n {
-        refund_call(&store, &run, &order.to_string(), 42)
-            .run(async { Ok::<_, PayError>(order) })
-            .await
-            .expect("fresh");
-    }
-    let fresh = started.elapsed() / n;
-    let started = Instant::now();
-    for order in 0..n {
-        let outcome = refund_call(&store, &run, &order.to_string(), 42)
-            .run(async { Ok::<_, PayError>(order) })
-            .await
-            .expect("replay");
-        assert!(outcome.is_replay());
-    }
-    let replay = started.elapsed() / n;
-    println!("measured: a fresh call (claim + complete) {fresh:?}, a replay {replay:?}");
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_claim_past_its_lease_is_taken_over_with_a_higher_fence_and_the_stale_holder_changes_nothing()
- {
-    let Some(schema) = Schema::new().await else {
-        return;
-    };
-    let store = schema.store().await;
-    let key = refund_key(&fresh_run(), "1182");
-    // A zero lease has run out the moment it is written: the holder stands
-    // for one whose process died.
-    let stale = claimed(&store, request(&key, Duration::ZERO)).await;
-    assert!(!stale.taken_over);
-    let current = claimed(&store, request(&key, Duration::from_secs(30))).await;
-    assert!(current.taken_over, "the new holder must know it took over");
-    assert!(current.fence > stale.fence, "a takeover bumps the fence");
-    assert_ne!(current.owner, stale.owner);
-
-    assert!(matches!(
-        store.extend(&stale, Duration::from_secs(30)).await,
-        Err(StoreError::LeaseLost)
-    ));
-    assert!(matches!(
-        store.complete(&stale, finished(r#""stale""#)).await,
-        Err(StoreError::LeaseLost)
-    ));
-    assert!(matches!(
-        store.release(&stale).await,
-        Err(StoreError::LeaseLost)
-    ));
-    store
-        .complete(&current, finished(r#""current""#))
-        .await
-        .expect("the current holder completes");
-    match store
-        .claim(request(&key, Duration::from_secs(30)))
-        .await
-        .expect("claim")
-    {
-        ClaimState::Completed(done) => {
-            assert_eq!(done.value.to_json().expect("json"), r#""current""#)
-        }
-        other => panic!("expected the current holder's result, got {other:?}"),
-    }
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_lease_that_ran_out_is_not_taken_over_by_other_arguments() {
-    let Some(schema) = Schema::new().await else {
-        return;
-    };
-    let store = schema.store().await;
-    let key = refund_key(&fresh_run(), "1182");
-    let crashed = claimed(&store, request(&key, Duration::ZERO)).await;
-    let other = store
-        .claim(ClaimRequest {
-            fingerprint: usd(41),
-            ..request(&key, Duration::from_secs(30))
-        })
-        .await
-        .expect("claim");
-    assert!(
-        matches!(
-            other,
-            ClaimState::Conflict {
-                reason: ConflictReason::Arguments,
-                ..
-            }
-        ),
-        "{other:?}"
-    );
-    assert!(matches!(
-        store.complete(&crashed, finished("1")).await,
-        Ok(())
-    ));
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn extending_a_lease_keeps_the_claim_from_being_taken_over() {
-    let Some(schema) = Schema::new().await else {
-        return;
-    };
-    let store = schema.store().await;
-    let key = refund_key(&fresh_run(), "1182");
-    let holder = claimed(&store, request(&key, Duration::ZERO)).await;
-    store
-        .extend(&holder, Duration::from_secs(60))
-        .await
-        .expect("extend");
-    let other = store
-        .claim(request(&key, Duration::from_secs(30)))
-        .await
-        .expect("claim");
-    assert!(matches!(other, ClaimState::InFlight(_)), "{other:?}");
-    assert_eq!(
-        store.renew_every(Duration::from_secs(30)),
-        Some(Duration::from_secs(10))
-    );
-    store
-        .complete(&holder, finished("1"))
-        .await
-        .expect("complete");
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn the_guard_renews_the_lease_while_a_long_action_runs() {
-    let Some(schema) = Schema::new().await else {
-        return;
-    };
-    let store: Arc<dyn Store> = Arc::new(schema.store().await);
-    let run = fresh_run();
-    let provider = Arc::new(Provider::default());
-    let entered = Arc::new(tokio::sync::Notify::new());
-    let finish = Arc::new(tokio::sync::Notify::new());
-    let lease = Duration::from_millis(150);
-    let holder = {
-        let (store, run, provider, entered, finish) = (
-            store.clone(),
-            run.clone(),
-            provider.clone(),
-            entered.clone(),
-            finish.clone(),
-        );
-        tokio::spawn(async move {
-            refund_call(&store, &run, "1182", 42)
-                .lease(lease)
-                .run(async {
-                    entered.notify_one();
-                    finish.notified().await;
-                    Ok::<_, PayError>(provider.refund("1182", 42))
-                })
-                .await
-        })
-    };
-    entered.notified().await;
-    // Without renewals the lease would run out six times over while this
-    // duplicate waits; it must never take over.
-    let duplicate = refund_call(&store, &run, "1182", 42)
-        .lease(lease)
-        .wait(lease * 6)
-        .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
-        .await;
-    assert!(
-        matches!(&duplicate, Err(err) if matches!(err.guard(), Some(Error::InProgress { .. }))),
-        "{duplicate:?}"
-    );
-    finish.notify_one();
-    assert!(holder.await.expect("task").expect("holder").is_fresh());
-    assert_eq!(provider.refunds(), 1);
+    durable::measure_latency_of_a_guarded_call(store).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -659,14 +481,7 @@ async fn a_waiter_on_another_connection_is_woken_by_notify_not_by_polling() {
     assert!(waiter_store.listening().await);
     let key = refund_key(&fresh_run(), "1182");
     let claim = claimed(&holder_store, request(&key, Duration::from_secs(30))).await;
-    let woken = match waiter_store
-        .claim(request(&key, Duration::from_secs(30)))
-        .await
-        .expect("claim")
-    {
-        ClaimState::InFlight(woken) => woken,
-        other => panic!("expected the claim in flight, got {other:?}"),
-    };
+    let woken = in_flight(&waiter_store, &key).await;
     let waiting = tokio::spawn(woken);
     let completed_at = Instant::now();
     holder_store
@@ -681,18 +496,6 @@ async fn a_waiter_on_another_connection_is_woken_by_notify_not_by_polling() {
         "measured: a waiter on another connection woke {:?} after the completion",
         completed_at.elapsed()
     );
-}
-
-/// Claims a key someone else holds, and returns the wait.
-async fn in_flight(store: &dyn Store, key: &Key) -> idempotent::Wait {
-    match store
-        .claim(request(key, Duration::from_secs(30)))
-        .await
-        .expect("claim")
-    {
-        ClaimState::InFlight(woken) => woken,
-        other => panic!("expected the claim in flight, got {other:?}"),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -758,14 +561,7 @@ async fn a_store_on_an_applications_pool_without_a_listener_polls_and_still_repl
     assert!(!polling.listening().await, "no listener was given");
     let key = refund_key(&fresh_run(), "1182");
     let claim = claimed(&holder_store, request(&key, Duration::from_secs(30))).await;
-    let woken = match polling
-        .claim(request(&key, Duration::from_secs(30)))
-        .await
-        .expect("claim")
-    {
-        ClaimState::InFlight(woken) => woken,
-        other => panic!("expected the claim in flight, got {other:?}"),
-    };
+    let woken = in_flight(&polling, &key).await;
     let waiting = tokio::spawn(woken);
     holder_store
         .complete(&claim, finished("1"))
@@ -784,186 +580,6 @@ async fn a_store_on_an_applications_pool_without_a_listener_polls_and_still_repl
         ClaimState::Completed(done) => assert_eq!(done.value.to_json().expect("json"), "1"),
         other => panic!("expected a replay, got {other:?}"),
     }
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_replay_is_byte_identical_to_the_recorded_json() {
-    let Some(schema) = Schema::new().await else {
-        return;
-    };
-    let store = schema.store().await;
-    let key = refund_key(&fresh_run(), "1182");
-    let big = "é".repeat(300_000);
-    let json = format!(
-        "{{ \"z\" : 1.50, \"a\": [ {{\"nested\": {{\"deep\": [null, true, \"\\u00e9\\n\"]}}}} ], \
-         \"emoji\": \"\u{1F4B8}\", \"big\": \"{big}\" }}"
-    );
-    let claim = claimed(&store, request(&key, Duration::from_secs(30))).await;
-    store
-        .complete(&claim, finished(&json))
-        .await
-        .expect("complete");
-    match store
-        .claim(request(&key, Duration::from_secs(30)))
-        .await
-        .expect("claim")
-    {
-        ClaimState::Completed(done) => {
-            assert_eq!(done.ending, Ending::Ok);
-            assert!(done.value.to_json().expect("json") == json.as_str());
-        }
-        other => panic!("expected a replay, got {other:?}"),
-    }
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_key_of_a_hundred_kilobytes_is_claimed_and_replayed() {
-    let Some(schema) = Schema::new().await else {
-        return;
-    };
-    let store: Arc<dyn Store> = Arc::new(schema.store().await);
-    let long = "k".repeat(100 * 1024);
-    let key = Key::builder()
-        .part("run", &fresh_run())
-        .and_then(|b| b.literal(":refund:"))
-        .and_then(|b| b.part("order_id", &long))
-        .and_then(|b| b.finish())
-        .expect("key");
-    let provider = Provider::default();
-    for _ in 0..2 {
-        Call::new("shop::refund_order", key.clone())
-            .store(&store)
-            .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
-            .await
-            .expect("outcome");
-    }
-    assert_eq!(provider.refunds(), 1);
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_purge_deletes_expired_records_in_batches_and_keeps_held_claims_and_live_records() {
-    let Some(schema) = Schema::new().await else {
-        return;
-    };
-    let store = schema.store().await.purge_batch(10);
-    let run = fresh_run();
-    for order in 0..25 {
-        let key = refund_key(&run, &order.to_string());
-        let claim = claimed(
-            &store,
-            ClaimRequest {
-                retention: Duration::ZERO,
-                ..request(&key, Duration::from_secs(30))
-            },
-        )
-        .await;
-        store
-            .complete(&claim, finished("1"))
-            .await
-            .expect("complete");
-    }
-    let held_key = refund_key(&run, "held");
-    let held = claimed(
-        &store,
-        ClaimRequest {
-            retention: Duration::ZERO,
-            ..request(&held_key, Duration::from_secs(30))
-        },
-    )
-    .await;
-    let live_key = refund_key(&run, "live");
-    let live = claimed(&store, request(&live_key, Duration::from_secs(30))).await;
-    store
-        .complete(&live, finished("2"))
-        .await
-        .expect("complete");
-
-    let before = store.statements();
-    assert_eq!(store.purge_expired().await.expect("purge"), 25);
-    assert_eq!(store.statements() - before, 3, "25 rows in batches of 10");
-    assert!(matches!(
-        store
-            .claim(request(&held_key, Duration::from_secs(30)))
-            .await,
-        Ok(ClaimState::InFlight(_))
-    ));
-    assert!(matches!(
-        store
-            .claim(request(&live_key, Duration::from_secs(30)))
-            .await,
-        Ok(ClaimState::Completed(_))
-    ));
-    store
-        .complete(&held, finished("3"))
-        .await
-        .expect("complete");
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn purging_while_expired_keys_are_claimed_again_never_acts_twice() {
-    let Some(schema) = Schema::new().await else {
-        return;
-    };
-    let store: Arc<dyn Store> = Arc::new(schema.store().await);
-    let run = fresh_run();
-    let provider = Arc::new(Provider::default());
-    let orders = 50;
-    for order in 0..orders {
-        refund_call(&store, &run, &order.to_string(), 42)
-            .retention(Duration::ZERO)
-            .run(async { Ok::<_, PayError>(provider.refund("x", 42)) })
-            .await
-            .expect("first round");
-    }
-    let purger = {
-        let store = store.clone();
-        tokio::spawn(async move {
-            for _ in 0..20 {
-                store.purge_expired().await.expect("purge");
-                tokio::task::yield_now().await;
-            }
-        })
-    };
-    let mut calls = Vec::new();
-    for order in 0..orders {
-        for _ in 0..2 {
-            let (store, run, provider) = (store.clone(), run.clone(), provider.clone());
-            calls.push(tokio::spawn(async move {
-                refund_call(&store, &run, &order.to_string(), 42)
-                    .run(async { Ok::<_, PayError>(provider.refund("x", 42)) })
-                    .await
-            }));
-        }
-    }
-    for call in calls {
-        call.await.expect("task").expect("second round");
-    }
-    purger.await.expect("purger");
-    assert_eq!(provider.refunds(), 2 * orders);
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn forgetting_removes_a_finished_record_but_never_a_held_claim() {
-    let Some(schema) = Schema::new().await else {
-        return;
-    };
-    let store = schema.store().await;
-    let run = fresh_run();
-    let done_key = refund_key(&run, "done");
-    let claim = claimed(&store, request(&done_key, Duration::from_secs(30))).await;
-    store
-        .complete(&claim, finished("1"))
-        .await
-        .expect("complete");
-    let held_key = refund_key(&run, "held");
-    let held = claimed(&store, request(&held_key, Duration::from_secs(30))).await;
-    assert!(store.forget(&done_key).await.expect("forget"));
-    assert!(!store.forget(&held_key).await.expect("forget"));
-    claimed(&store, request(&done_key, Duration::from_secs(30))).await;
-    store
-        .complete(&held, finished("2"))
-        .await
-        .expect("complete");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1036,8 +652,6 @@ fn the_schema_a_dba_applies_by_hand_is_the_one_migrate_applies() {
 
 // Several processes on one database.
 
-const ENTRY: &str = "child_process";
-
 /// Not a test of its own: the entry point of the child processes that the
 /// tests below start. In a normal run it returns at once.
 #[test]
@@ -1046,7 +660,7 @@ fn child_process() {
         return;
     };
     let url = std::env::var(URL).expect("the server's URL");
-    let schema = std::env::var("IDEMPOTENT_TEST_SCHEMA").expect("the schema");
+    let schema = std::env::var(SCHEMA).expect("the schema");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -1058,47 +672,39 @@ fn child_process() {
     });
 }
 
-struct Scene {
+/// The environment variable naming a child's schema.
+const SCHEMA: &str = "IDEMPOTENT_TEST_SCHEMA";
+
+/// Children on one migrated schema of their own.
+struct InSchemaScene {
     schema: Schema,
-    dir: tempfile::TempDir,
-    run: String,
+    scene: Scene,
 }
 
-impl Scene {
-    async fn new() -> Option<Scene> {
+impl InSchemaScene {
+    async fn new() -> Option<Arc<InSchemaScene>> {
         let schema = Schema::new().await?;
         schema.store().await;
-        Some(Scene {
-            schema,
-            dir: tempfile::tempdir().expect("a temporary directory"),
-            run: fresh_run().to_string(),
-        })
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let scene = Scene::new(
+            dir,
+            vec![(URL, schema.url.clone()), (SCHEMA, schema.name.clone())],
+        );
+        Some(Arc::new(InSchemaScene { schema, scene }))
     }
 
-    fn provider(&self) -> std::path::PathBuf {
-        self.dir.path().join("provider.log")
-    }
-
-    fn spawn(&self, role: &str, lease: Option<Duration>) -> Proc {
-        let mut env = vec![
-            (URL, self.schema.url.clone()),
-            ("IDEMPOTENT_TEST_SCHEMA", self.schema.name.clone()),
-            (RUN, self.run.clone()),
-            (PROVIDER, self.provider().display().to_string()),
-        ];
-        if let Some(lease) = lease {
-            env.push((LEASE_MS, lease.as_millis().to_string()));
-        }
-        Proc::spawn(ENTRY, role, &env)
-    }
-
-    fn refunds(&self) -> usize {
-        FileProvider::refunds(&self.provider())
+    /// Plays `scenario` on a blocking thread, where it may wait for its
+    /// children.
+    async fn play(self: &Arc<InSchemaScene>, scenario: fn(&Scene)) {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || scenario(&this.scene))
+            .await
+            .expect("the processes");
     }
 
     /// The claim row's fence and takeover flag, read directly.
     async fn fence(&self) -> (i64, bool) {
-        let key = multiprocess_key(&self.run);
+        let key = self.scene.key();
         let row = admin(&self.schema.url)
             .await
             .query_one(
@@ -1114,167 +720,47 @@ impl Scene {
     }
 }
 
-fn multiprocess_key(run: &str) -> Key {
-    Key::builder()
-        .part("run", &idempotent::Run::new(run).expect("run"))
-        .and_then(|b| b.literal(":refund:"))
-        .and_then(|b| b.part("order_id", "1182"))
-        .and_then(|b| b.finish())
-        .expect("key")
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn six_processes_refunding_the_same_order_at_once_refund_it_once() {
-    let Some(scene) = Scene::new().await else {
+    let Some(scene) = InSchemaScene::new().await else {
         return;
     };
-    let scene = Arc::new(scene);
-    let outcome = tokio::task::spawn_blocking({
-        let scene = scene.clone();
-        move || {
-            let mut procs: Vec<Proc> = (0..6).map(|_| scene.spawn("race", None)).collect();
-            for proc in &mut procs {
-                proc.expect("ready");
-            }
-            for proc in &mut procs {
-                proc.tell("go");
-            }
-            let mut fresh = Vec::new();
-            let mut values = Vec::new();
-            for proc in &mut procs {
-                let (is_fresh, value) = final_word(proc).expect("an outcome");
-                if is_fresh {
-                    fresh.push(proc.name.clone());
-                }
-                values.push(value);
-            }
-            for proc in procs {
-                proc.finish();
-            }
-            (fresh, values)
-        }
-    })
-    .await
-    .expect("the processes");
-    let (fresh, values) = outcome;
-    assert_eq!(fresh.len(), 1, "exactly one process acts: {fresh:?}");
-    assert_eq!(
-        scene.refunds(),
-        1,
-        "exactly one refund reached the provider"
-    );
-    assert!(
-        values.iter().all(|v| *v == values[0]),
-        "every process got the one refund: {values:?}"
-    );
+    scene
+        .play(multiprocess::six_processes_refunding_the_same_order_at_once_refund_it_once)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_holder_killed_mid_action_is_taken_over_once_after_its_lease() {
-    let Some(scene) = Scene::new().await else {
+    let Some(scene) = InSchemaScene::new().await else {
         return;
     };
-    let scene = Arc::new(scene);
-    let lease = Duration::from_millis(1000);
-    let (killed_at, acted_at, fresh) = tokio::task::spawn_blocking({
-        let scene = scene.clone();
-        move || {
-            let mut holder = scene.spawn("hold", Some(lease));
-            holder.expect("acting");
-            holder.kill_9();
-            let killed_at = multiprocess::now_ms();
-            let mut procs: Vec<Proc> = (0..3)
-                .map(|_| scene.spawn("takeover", Some(lease)))
-                .collect();
-            let mut acted_at = Vec::new();
-            let mut fresh = 0;
-            for proc in &mut procs {
-                let report = multiprocess::report_of(proc);
-                acted_at.extend(report.acted_at);
-                fresh += usize::from(report.fresh());
-            }
-            for proc in procs {
-                proc.finish();
-            }
-            (killed_at, acted_at, fresh)
-        }
-    })
-    .await
-    .expect("the processes");
-    assert_eq!(fresh, 1, "exactly one process takes the claim over");
-    assert_eq!(acted_at.len(), 1);
-    assert_eq!(
-        scene.refunds(),
-        1,
-        "the killed holder never reached the provider"
-    );
+    scene
+        .play(multiprocess::a_holder_killed_mid_action_is_taken_over_once_after_its_lease)
+        .await;
     assert_eq!(
         scene.fence().await,
         (2, true),
         "one takeover, one fence bump"
     );
-    let earliest = killed_at + lease.as_millis() * 2 / 3;
-    assert!(
-        acted_at[0] + 50 >= earliest,
-        "taken over {} ms after the kill, before the lease ran out",
-        acted_at[0].saturating_sub(killed_at)
-    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn after_a_crash_the_report_unknown_policy_runs_nothing_and_says_so() {
-    let Some(scene) = Scene::new().await else {
+    let Some(scene) = InSchemaScene::new().await else {
         return;
     };
-    let scene = Arc::new(scene);
-    tokio::task::spawn_blocking({
-        let scene = scene.clone();
-        move || {
-            let lease = Duration::from_millis(300);
-            let mut holder = scene.spawn("hold", Some(lease));
-            holder.expect("acting");
-            holder.kill_9();
-            let mut unknown = scene.spawn("unknown", Some(lease));
-            assert_eq!(final_word(&mut unknown), Err("unknown-outcome".to_owned()));
-            unknown.finish();
-            let mut later = scene.spawn("takeover", Some(lease));
-            assert_eq!(final_word(&mut later), Err("unknown-outcome".to_owned()));
-            later.finish();
-        }
-    })
-    .await
-    .expect("the processes");
-    assert_eq!(scene.refunds(), 0);
+    scene
+        .play(multiprocess::after_a_crash_the_report_unknown_policy_runs_nothing_and_says_so)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stale_holder_paused_past_its_lease_cannot_overwrite_the_result() {
-    let Some(scene) = Scene::new().await else {
+    let Some(scene) = InSchemaScene::new().await else {
         return;
     };
-    let scene = Arc::new(scene);
-    tokio::task::spawn_blocking({
-        let scene = scene.clone();
-        move || {
-            let lease = Duration::from_millis(500);
-            let mut stale = scene.spawn("stale", Some(lease));
-            stale.expect("acting");
-            stale.pause();
-            let mut current = scene.spawn("takeover", Some(lease));
-            current.expect("acting");
-            let (fresh, value) = final_word(&mut current).expect("the takeover's outcome");
-            assert!(fresh);
-            current.finish();
-            stale.resume();
-            stale.tell("finish");
-            assert_eq!(final_word(&mut stale), Err("lease-lost".to_owned()));
-            stale.finish();
-            let mut after = scene.spawn("takeover", Some(lease));
-            assert_eq!(final_word(&mut after), Ok((false, value)));
-            after.finish();
-        }
-    })
-    .await
-    .expect("the processes");
-    assert_eq!(scene.refunds(), 1);
+    scene
+        .play(multiprocess::a_stale_holder_paused_past_its_lease_cannot_overwrite_the_result)
+        .await;
 }
