@@ -86,6 +86,19 @@ struct RefundArgs {
     reason: String,
 }
 
+/// The JSON schema of [`RefundArgs`], shared by the hand-written tools.
+fn refund_parameters() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "order_id": { "type": "string" },
+            "usd": { "type": "integer" },
+            "reason": { "type": "string" }
+        },
+        "required": ["order_id", "usd", "reason"]
+    })
+}
+
 #[idempotent(key = "<run>:refund:<order_id>")]
 async fn refund_order(
     #[context] provider: &Provider,
@@ -111,15 +124,7 @@ impl Tool for RefundOrder {
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "order_id": { "type": "string" },
-                "usd": { "type": "integer" },
-                "reason": { "type": "string" }
-            },
-            "required": ["order_id", "usd", "reason"]
-        })
+        refund_parameters()
     }
 
     async fn call(
@@ -148,10 +153,7 @@ impl Tool for UnguardedRefund {
     }
 
     fn parameters(&self) -> Value {
-        RefundOrder {
-            provider: self.provider.clone(),
-        }
-        .parameters()
+        refund_parameters()
     }
 
     async fn call(&self, _: &mut ToolContext, args: RefundArgs) -> Result<Refund, ShopError> {
@@ -422,10 +424,7 @@ impl Tool for RefundOrderInRun {
     }
 
     fn parameters(&self) -> Value {
-        RefundOrder {
-            provider: self.provider.clone(),
-        }
-        .parameters()
+        refund_parameters()
     }
 
     async fn call(
