@@ -22,10 +22,7 @@ use durable::{Durable, TOOL, claimed, finished, in_flight, request};
 use idempotent::store::PostgresStore;
 use idempotent::store::postgres::deadpool_postgres;
 use idempotent::store::postgres::tokio_postgres::{self, Config, NoTls};
-use idempotent::{
-    Claim, ClaimRequest, ClaimState, ConflictReason, Error, Finished, Key, Store, StoreError,
-    StoreFuture, StoreResult, ToolId,
-};
+use idempotent::{ClaimRequest, ClaimState, ConflictReason, Error, Store, StoreError, ToolId};
 use multiprocess::Scene;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -127,42 +124,11 @@ impl Drop for Schema {
 }
 
 /// A store that owns its schema.
-struct InSchema {
-    store: PostgresStore,
-    _schema: Schema,
-}
+type InSchema = durable::Held<PostgresStore, Schema>;
 
-impl Store for InSchema {
-    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimState>> {
-        self.store.claim(req)
-    }
-    fn complete<'a>(
-        &'a self,
-        claim: &'a Claim,
-        finished: Finished,
-    ) -> StoreFuture<'a, StoreResult<()>> {
-        self.store.complete(claim, finished)
-    }
-    fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
-        self.store.release(claim)
-    }
-    fn extend<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
-        self.store.extend(claim, lease)
-    }
-    fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
-        self.store.purge_expired()
-    }
-    fn forget<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<bool>> {
-        self.store.forget(key)
-    }
-    fn renew_every(&self, lease: Duration) -> Option<Duration> {
-        self.store.renew_every(lease)
-    }
-}
-
-impl Durable for InSchema {
+impl Durable for PostgresStore {
     fn statements(&self) -> u64 {
-        self.store.statements()
+        PostgresStore::statements(self)
     }
 }
 
@@ -176,7 +142,7 @@ async fn in_schema(purge_batch: Option<usize>) -> Option<InSchema> {
     }
     Some(InSchema {
         store,
-        _schema: schema,
+        place: schema,
     })
 }
 

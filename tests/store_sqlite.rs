@@ -15,44 +15,16 @@ use adversarial::{PayError, Provider, fresh_run, refund_call};
 use durable::Durable;
 use idempotent::store::SqliteStore;
 use idempotent::store::sqlite::rusqlite;
-use idempotent::{
-    Claim, ClaimRequest, ClaimState, Error, Finished, Key, Store, StoreError, StoreFuture,
-    StoreResult,
-};
+use idempotent::{Error, Store, StoreError};
 use multiprocess::Scene;
 use tempfile::TempDir;
 
 /// A store that owns its directory, removed after the store is closed.
-struct InDir {
-    store: SqliteStore,
-    _dir: TempDir,
-}
+type InDir = durable::Held<SqliteStore, TempDir>;
 
-impl Store for InDir {
-    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimState>> {
-        self.store.claim(req)
-    }
-    fn complete<'a>(
-        &'a self,
-        claim: &'a Claim,
-        finished: Finished,
-    ) -> StoreFuture<'a, StoreResult<()>> {
-        self.store.complete(claim, finished)
-    }
-    fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
-        self.store.release(claim)
-    }
-    fn extend<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
-        self.store.extend(claim, lease)
-    }
-    fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
-        self.store.purge_expired()
-    }
-    fn forget<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<bool>> {
-        self.store.forget(key)
-    }
-    fn renew_every(&self, lease: Duration) -> Option<Duration> {
-        self.store.renew_every(lease)
+impl Durable for SqliteStore {
+    fn statements(&self) -> u64 {
+        SqliteStore::statements(self)
     }
 }
 
@@ -61,12 +33,6 @@ fn temp_dir() -> TempDir {
         .prefix("idempotent-sqlite-")
         .tempdir()
         .expect("a temporary directory")
-}
-
-impl Durable for InDir {
-    fn statements(&self) -> u64 {
-        self.store.statements()
-    }
 }
 
 /// A store on a new file in a directory of its own, purging `purge_batch`
@@ -78,7 +44,7 @@ async fn in_dir(purge_batch: Option<usize>) -> Option<InDir> {
         builder = builder.purge_batch(rows);
     }
     let store = builder.open().expect("open the store");
-    Some(InDir { store, _dir: dir })
+    Some(InDir { store, place: dir })
 }
 
 async fn sqlite() -> Option<Arc<dyn Store>> {

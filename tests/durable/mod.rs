@@ -2,8 +2,8 @@
 //! step, leases and fences, renewals, replays byte for byte, long keys,
 //! purging in batches, and forgetting.
 //!
-//! A store's test file implements [`Durable`] for its store (a wrapper that
-//! also owns the store's directory or schema) and instantiates every case
+//! A store's test file implements [`Durable`] for its store, wraps it in a
+//! [`Held`] with the directory or schema it lives in, and instantiates every case
 //! with `durable_suite!(make)`, where `make(purge_batch)` is an async
 //! function giving `Option<S>` (`None` skips, for a server that is not
 //! configured outside CI), with purges deleting at most `purge_batch` rows
@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use idempotent::{
     Call, Claim, ClaimRequest, ClaimState, ConflictReason, Ending, Error, Finished, Key, Recorded,
-    Store, StoreError, ToolId,
+    Store, StoreError, StoreFuture, StoreResult, ToolId,
 };
 use tokio::sync::Notify;
 
@@ -29,6 +29,47 @@ use crate::adversarial::{PayError, Provider, fresh_run, refund_call, refund_key,
 pub trait Durable: Store {
     /// How many statements the store has sent to its database so far.
     fn statements(&self) -> u64;
+}
+
+/// A store together with what it lives in (a directory, a schema), which is
+/// removed after the store is dropped.
+pub struct Held<S, Place> {
+    pub store: S,
+    pub place: Place,
+}
+
+impl<S: Store, Place: Send + Sync + 'static> Store for Held<S, Place> {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimState>> {
+        self.store.claim(req)
+    }
+    fn complete<'a>(
+        &'a self,
+        claim: &'a Claim,
+        finished: Finished,
+    ) -> StoreFuture<'a, StoreResult<()>> {
+        self.store.complete(claim, finished)
+    }
+    fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
+        self.store.release(claim)
+    }
+    fn extend<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
+        self.store.extend(claim, lease)
+    }
+    fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
+        self.store.purge_expired()
+    }
+    fn forget<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<bool>> {
+        self.store.forget(key)
+    }
+    fn renew_every(&self, lease: Duration) -> Option<Duration> {
+        self.store.renew_every(lease)
+    }
+}
+
+impl<S: Durable, Place: Send + Sync + 'static> Durable for Held<S, Place> {
+    fn statements(&self) -> u64 {
+        self.store.statements()
+    }
 }
 
 /// The rows a purge deletes per statement in
