@@ -559,17 +559,7 @@ async fn a_server_that_is_down_is_unavailable_and_nothing_runs() {
     );
     let store: Arc<dyn Store> = Arc::new(PostgresStore::connect_lazy(down).expect("a lazy store"));
     let provider = Provider::default();
-    let refused = refund_call(&store, &fresh_run(), "1182", 42)
-        .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
-        .await;
-    match &refused {
-        Err(err) => assert!(
-            matches!(err.guard(), Some(Error::Store(StoreError::Unavailable(_)))),
-            "{err:?}"
-        ),
-        Ok(outcome) => panic!("the action ran without a store: {outcome:?}"),
-    }
-    assert_eq!(provider.refunds(), 0);
+    durable::refused_as_unavailable(&store, &fresh_run(), &provider).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

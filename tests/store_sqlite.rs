@@ -15,7 +15,7 @@ use adversarial::{PayError, Provider, fresh_run, refund_call};
 use durable::Durable;
 use idempotent::store::SqliteStore;
 use idempotent::store::sqlite::rusqlite;
-use idempotent::{Error, Store, StoreError};
+use idempotent::{Store, StoreError};
 use multiprocess::Scene;
 use tempfile::TempDir;
 
@@ -72,17 +72,7 @@ async fn a_database_locked_past_the_busy_timeout_is_unavailable_and_nothing_runs
     locker
         .execute_batch("BEGIN EXCLUSIVE")
         .expect("take the write lock");
-    let refused = refund_call(&store, &run, "1182", 42)
-        .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
-        .await;
-    match &refused {
-        Err(err) => assert!(
-            matches!(err.guard(), Some(Error::Store(StoreError::Unavailable(_)))),
-            "{err:?}"
-        ),
-        Ok(outcome) => panic!("the action ran on a locked store: {outcome:?}"),
-    }
-    assert_eq!(provider.refunds(), 0, "no action may run without a claim");
+    durable::refused_as_unavailable(&store, &run, &provider).await;
     locker.execute_batch("ROLLBACK").expect("release the lock");
 
     let retry = refund_call(&store, &run, "1182", 42)

@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use idempotent::{
     Call, Claim, ClaimRequest, ClaimState, ConflictReason, Ending, Error, Finished, Key, Recorded,
-    Store, StoreError, StoreFuture, StoreResult, ToolId,
+    Run, Store, StoreError, StoreFuture, StoreResult, ToolId,
 };
 use tokio::sync::Notify;
 
@@ -117,6 +117,22 @@ pub async fn in_flight(store: &dyn Store, key: &Key) -> idempotent::Wait {
         ClaimState::InFlight(woken) => woken,
         other => panic!("expected the claim in flight, got {other:?}"),
     }
+}
+
+/// Refunds order 1182 of `run` through `store`, which must refuse as
+/// unavailable without the action ever reaching `provider`.
+pub async fn refused_as_unavailable(store: &Arc<dyn Store>, run: &Run, provider: &Provider) {
+    let refused = refund_call(store, run, "1182", 42)
+        .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
+        .await;
+    match &refused {
+        Err(err) => assert!(
+            matches!(err.guard(), Some(Error::Store(StoreError::Unavailable(_)))),
+            "{err:?}"
+        ),
+        Ok(outcome) => panic!("the action ran without a claim: {outcome:?}"),
+    }
+    assert_eq!(provider.refunds(), 0, "no action may run without a claim");
 }
 
 pub async fn a_fresh_claim_a_completion_and_a_replay_take_one_statement_each(store: impl Durable) {
