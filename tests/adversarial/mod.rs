@@ -132,11 +132,11 @@ async fn within<F: std::future::Future>(what: &str, fut: F) -> F::Output {
 
 /// How a held action ends once it is told to finish.
 #[derive(Clone, Copy)]
-pub enum Ending {
+pub enum Ends {
     /// It refunds order 1182 for 42 at the provider.
-    Refunds,
+    Refunding,
     /// It fails without reaching the provider.
-    Fails,
+    Failing,
 }
 
 /// A refund call in flight: its action is running and waits to be told to
@@ -148,7 +148,7 @@ pub struct Holder {
 
 impl Holder {
     /// Starts `call` on its own task and returns once its action runs.
-    pub async fn start(call: Call, provider: Arc<Provider>, ending: Ending) -> Holder {
+    pub async fn start(call: Call, provider: Arc<Provider>, ends: Ends) -> Holder {
         let entered = Arc::new(Notify::new());
         let finish = Arc::new(Notify::new());
         let task = {
@@ -157,9 +157,9 @@ impl Holder {
                 call.run(async {
                     entered.notify_one();
                     finish.notified().await;
-                    match ending {
-                        Ending::Refunds => Ok(provider.refund("1182", 42)),
-                        Ending::Fails => Err(PayError::Declined("timeout".into())),
+                    match ends {
+                        Ends::Refunding => Ok(provider.refund("1182", 42)),
+                        Ends::Failing => Err(PayError::Declined("timeout".into())),
                     }
                 })
                 .await
@@ -313,7 +313,7 @@ pub async fn waiters_take_over_once_when_the_holder_fails(store: Arc<dyn Store>)
     let holder = Holder::start(
         refund_call(&store, &run, "1182", 42),
         provider.clone(),
-        Ending::Fails,
+        Ends::Failing,
     )
     .await;
     let waiters: Vec<_> = (0..8)
@@ -456,7 +456,7 @@ pub async fn other_arguments_in_flight_conflict_without_acting(store: Arc<dyn St
     let holder = Holder::start(
         refund_call(&store, &run, "1182", 42),
         provider.clone(),
-        Ending::Refunds,
+        Ends::Refunding,
     )
     .await;
     let other = refund_call(&store, &run, "1182", 41)
@@ -531,7 +531,7 @@ pub async fn a_duplicate_past_the_wait_deadline_is_in_progress(store: Arc<dyn St
     let holder = Holder::start(
         refund_call(&store, &run, "1182", 42),
         provider.clone(),
-        Ending::Refunds,
+        Ends::Refunding,
     )
     .await;
     let late = refund_call(&store, &run, "1182", 42)
@@ -585,7 +585,7 @@ pub async fn a_purge_never_removes_a_held_claim(store: Arc<dyn Store>) {
     let holder = Holder::start(
         refund_call(&store, &run, "1182", 42).retention(Duration::ZERO),
         provider.clone(),
-        Ending::Refunds,
+        Ends::Refunding,
     )
     .await;
     store.purge_expired().await.expect("purge");

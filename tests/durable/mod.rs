@@ -20,9 +20,10 @@ use idempotent::{
     Call, Claim, ClaimRequest, ClaimState, ConflictReason, Ending, Error, Finished, Key, Recorded,
     Run, Store, StoreError, StoreFuture, StoreResult, ToolId,
 };
-use tokio::sync::Notify;
 
-use crate::adversarial::{PayError, Provider, fresh_run, refund_call, refund_key, usd};
+use crate::adversarial::{
+    Ends, Holder, PayError, Provider, fresh_run, refund_call, refund_key, usd,
+};
 
 /// A durable store under test, with the one thing the cases read of it
 /// beyond the [`Store`] trait.
@@ -276,42 +277,27 @@ pub async fn the_guard_renews_the_lease_while_a_long_action_runs(store: impl Dur
     let store: Arc<dyn Store> = Arc::new(store);
     let run = fresh_run();
     let provider = Arc::new(Provider::default());
-    let entered = Arc::new(Notify::new());
-    let finish = Arc::new(Notify::new());
-    let lease = Duration::from_millis(150);
-    let holder = {
-        let (store, run, provider, entered, finish) = (
-            store.clone(),
-            run.clone(),
-            provider.clone(),
-            entered.clone(),
-            finish.clone(),
-        );
-        tokio::spawn(async move {
-            refund_call(&store, &run, "1182", 42)
-                .lease(lease)
-                .run(async {
-                    entered.notify_one();
-                    finish.notified().await;
-                    Ok::<_, PayError>(provider.refund("1182", 42))
-                })
-                .await
-        })
-    };
-    entered.notified().await;
-    // Without renewals the lease would run out six times over while this
+    // Long enough that a renewal delayed by a loaded machine still lands
+    // within the lease; the duplicate waits three leases.
+    let lease = Duration::from_secs(1);
+    let holder = Holder::start(
+        refund_call(&store, &run, "1182", 42).lease(lease),
+        provider.clone(),
+        Ends::Refunding,
+    )
+    .await;
+    // Without renewals the lease would run out three times over while this
     // duplicate waits; it must never take over.
     let duplicate = refund_call(&store, &run, "1182", 42)
         .lease(lease)
-        .wait(lease * 6)
+        .wait(lease * 3)
         .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
         .await;
     assert!(
         matches!(&duplicate, Err(err) if matches!(err.guard(), Some(Error::InProgress { .. }))),
         "{duplicate:?}"
     );
-    finish.notify_one();
-    assert!(holder.await.expect("task").expect("holder").is_fresh());
+    assert!(holder.finish().await.expect("holder").is_fresh());
     assert_eq!(provider.refunds(), 1);
 }
 
