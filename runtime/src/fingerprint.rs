@@ -73,11 +73,14 @@ impl io::Write for HashWriter<'_> {
 
 impl FingerprintBuilder {
     /// Adds one named argument.
+    ///
+    /// Takes the builder by reference: its hasher state is large, and a
+    /// chain of `.arg(..)?` calls should not move it at every step.
     pub fn arg<T: Serialize + ?Sized>(
-        mut self,
+        &mut self,
         name: &str,
         value: &T,
-    ) -> Result<FingerprintBuilder, Error> {
+    ) -> Result<&mut FingerprintBuilder, Error> {
         // Length-prefixed names keep `("ab", 1)` apart from `("a", b1)`.
         self.hasher.update(&(name.len() as u64).to_le_bytes());
         self.hasher.update(name.as_bytes());
@@ -90,7 +93,7 @@ impl FingerprintBuilder {
     }
 
     /// Finishes the fingerprint.
-    pub fn finish(self) -> Fingerprint {
+    pub fn finish(&self) -> Fingerprint {
         if self.args == 0 {
             return Fingerprint::EMPTY;
         }

@@ -201,19 +201,24 @@ impl Call {
     ///
     /// If `action` panics or the returned future is dropped mid-action, the
     /// claim is released.
-    pub async fn run<T, E, F>(self, action: F) -> Result<Outcome<T>, E>
+    pub fn run<T, E, F>(self, action: F) -> impl Future<Output = Result<Outcome<T>, E>>
     where
         F: Future<Output = Result<T, E>>,
         T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
         E: From<Error>,
     {
-        self.execute(action, None).await
+        // Returned as it is, not awaited in another async layer: the
+        // future stays one state machine.
+        self.execute(action, None)
     }
 
     /// Like [`Call::run`], but an `Err` is final: it is recorded, and every
     /// duplicate gets the same error back without running the action. For
     /// actions whose failure must not be retried, such as a declined card.
-    pub async fn run_recording_errors<T, E, F>(self, action: F) -> Result<Outcome<T>, E>
+    pub fn run_recording_errors<T, E, F>(
+        self,
+        action: F,
+    ) -> impl Future<Output = Result<Outcome<T>, E>>
     where
         F: Future<Output = Result<T, E>>,
         T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
@@ -223,7 +228,7 @@ impl Call {
             record: |e: &E| Recorded::typed(e.clone()),
             replay: |r: &Recorded| r.decode::<E>(),
         };
-        self.execute(action, Some(codec)).await
+        self.execute(action, Some(codec))
     }
 
     async fn execute<T, E, F>(
@@ -312,24 +317,20 @@ impl Call {
         }
 
         let active = Active::enter(key.clone());
+        let action = ACTIVE.scope(active, action);
         let result = match store.renew_every(policy.lease) {
-            None => ACTIVE.scope(active, action).await,
+            None => action.await,
+            // Boxed, so that calls on stores that never renew do not carry
+            // the renewal loop's state in their future.
             Some(every) => {
-                let mut action = pin!(ACTIVE.scope(active, action));
-                let mut renewing = true;
-                loop {
-                    tokio::select! {
-                        biased;
-                        result = &mut action => break result,
-                        () = tokio::time::sleep(every), if renewing => {
-                            // Once the lease is lost there is nothing to renew;
-                            // `complete` below reports it. A store that is
-                            // briefly down is tried again next time.
-                            let renewed = store.extend(&holding.claim, policy.lease).await;
-                            renewing = !matches!(renewed, Err(StoreError::LeaseLost));
-                        }
-                    }
-                }
+                Box::pin(renewing(
+                    action,
+                    store.as_ref(),
+                    &holding.claim,
+                    every,
+                    policy.lease,
+                ))
+                .await
             }
         };
 
@@ -370,6 +371,31 @@ impl Call {
                     Err(err)
                 }
             },
+        }
+    }
+}
+
+/// Runs the action while renewing the claim's lease every `every`.
+async fn renewing<F: Future>(
+    action: F,
+    store: &dyn Store,
+    claim: &Claim,
+    every: Duration,
+    lease: Duration,
+) -> F::Output {
+    let mut action = pin!(action);
+    let mut renewing = true;
+    loop {
+        tokio::select! {
+            biased;
+            result = &mut action => break result,
+            () = tokio::time::sleep(every), if renewing => {
+                // Once the lease is lost there is nothing to renew;
+                // `complete` reports it. A store that is briefly down is
+                // tried again next time.
+                let renewed = store.extend(claim, lease).await;
+                renewing = !matches!(renewed, Err(StoreError::LeaseLost));
+            }
         }
     }
 }

@@ -222,15 +222,29 @@ pub struct KeyPartWriter<'a> {
 impl KeyPartWriter<'_> {
     /// Appends text to the part, escaping it.
     pub fn write_str(&mut self, text: &str) {
-        for &b in text.as_bytes() {
-            if is_unreserved(b) {
-                self.out.push(b as char);
-            } else {
-                const HEX: &[u8; 16] = b"0123456789ABCDEF";
+        const HEX: &[u8; 16] = b"0123456789ABCDEF";
+        let mut rest = text;
+        while !rest.is_empty() {
+            // Copy the longest run of unreserved bytes at once. They are
+            // ASCII, so the run ends on a char boundary.
+            let run = rest.bytes().take_while(|&b| is_unreserved(b)).count();
+            let (plain, tail) = rest.split_at(run);
+            self.out.push_str(plain);
+            let Some((&b, _)) = tail.as_bytes().split_first() else {
+                break;
+            };
+            self.out.push('%');
+            self.out.push(HEX[usize::from(b >> 4)] as char);
+            self.out.push(HEX[usize::from(b & 0xF)] as char);
+            // Escape the rest of this character's bytes with it, so the
+            // remainder starts on a char boundary again.
+            let width = tail.chars().next().map_or(1, char::len_utf8);
+            for &b in &tail.as_bytes()[1..width] {
                 self.out.push('%');
                 self.out.push(HEX[usize::from(b >> 4)] as char);
                 self.out.push(HEX[usize::from(b & 0xF)] as char);
             }
+            rest = &tail[width..];
         }
     }
 }
