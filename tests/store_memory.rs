@@ -6,7 +6,7 @@ mod adversarial;
 use std::sync::Arc;
 use std::time::Duration;
 
-use adversarial::{PayError, Provider, fresh_run, refund_call, refund_key};
+use adversarial::{Provider, fresh_run, refund_call, refund_key, refunds};
 use idempotent::{Call, Error, Key, MemoryStore, Run, Store};
 
 async fn memory() -> Option<Arc<dyn Store>> {
@@ -23,7 +23,7 @@ async fn a_record_is_replayed_within_its_retention_and_forgotten_after() {
     let refund = || {
         refund_call(&store, &run, "1182", 42)
             .retention(Duration::from_secs(3600))
-            .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
+            .run(refunds(&provider, 42))
     };
     assert!(refund().await.expect("first").is_fresh());
     tokio::time::advance(Duration::from_secs(3599)).await;
@@ -38,10 +38,7 @@ async fn the_default_retention_outlasts_a_providers_key_memory() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let run = fresh_run();
     let provider = Provider::default();
-    let refund = || {
-        refund_call(&store, &run, "1182", 42)
-            .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
-    };
+    let refund = || refund_call(&store, &run, "1182", 42).run(refunds(&provider, 42));
     assert!(refund().await.expect("first").is_fresh());
     // Stripe forgets keys after 24 hours; a retry six days later is still caught.
     tokio::time::advance(Duration::from_secs(6 * 24 * 3600)).await;

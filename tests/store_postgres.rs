@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use adversarial::{PayError, Provider, fresh_run, refund_call, refund_key, usd};
+use adversarial::{Provider, fresh_run, refund_call, refund_key, refunds, usd};
 use durable::{Durable, TOOL, claimed, finished, in_flight, request};
 use idempotent::store::PostgresStore;
 use idempotent::store::postgres::deadpool_postgres;
@@ -571,7 +571,7 @@ async fn a_missing_schema_says_to_migrate_and_nothing_runs() {
         Arc::new(PostgresStore::from_config(schema.config()).expect("store"));
     let provider = Provider::default();
     let refused = refund_call(&store, &fresh_run(), "1182", 42)
-        .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
+        .run(refunds(&provider, 42))
         .await;
     let err = refused.expect_err("no table, no action");
     let message = match err.guard() {

@@ -11,7 +11,7 @@ mod multiprocess;
 use std::sync::Arc;
 use std::time::Duration;
 
-use adversarial::{PayError, Provider, fresh_run, refund_call};
+use adversarial::{Provider, fresh_run, refund_call, refunds};
 use durable::Durable;
 use idempotent::store::SqliteStore;
 use idempotent::store::sqlite::rusqlite;
@@ -76,7 +76,7 @@ async fn a_database_locked_past_the_busy_timeout_is_unavailable_and_nothing_runs
     locker.execute_batch("ROLLBACK").expect("release the lock");
 
     let retry = refund_call(&store, &run, "1182", 42)
-        .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
+        .run(refunds(&provider, 42))
         .await
         .expect("retry");
     assert!(

@@ -89,6 +89,11 @@ impl Provider {
     }
 }
 
+/// A refund tool's action: one refund of `usd` on order 1182 at the provider.
+pub async fn refunds(provider: &Provider, usd: u64) -> Result<Refund, PayError> {
+    Ok(provider.refund("1182", usd))
+}
+
 /// A run id no other case uses.
 pub fn fresh_run() -> Run {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -242,11 +247,11 @@ pub async fn a_repeat_after_completion_replays_the_first_result(store: Arc<dyn S
     let run = fresh_run();
     let provider = Provider::default();
     let first = refund_call(&store, &run, "1182", 42)
-        .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
+        .run(refunds(&provider, 42))
         .await
         .expect("first");
     let again = refund_call(&store, &run, "1182", 42)
-        .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
+        .run(refunds(&provider, 42))
         .await
         .expect("again");
     assert_eq!(provider.refunds(), 1);
@@ -300,7 +305,7 @@ pub async fn an_error_releases_the_claim_and_a_retry_acts(store: Arc<dyn Store>)
         .await;
     assert!(matches!(failed, Err(PayError::Declined(_))));
     let retry = refund_call(&store, &run, "1182", 42)
-        .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
+        .run(refunds(&provider, 42))
         .await
         .expect("retry");
     assert!(retry.is_fresh(), "the retry after an error must act");
@@ -321,7 +326,7 @@ pub async fn waiters_take_over_once_when_the_holder_fails(store: Arc<dyn Store>)
             let (store, run, provider) = (store.clone(), run.clone(), provider.clone());
             tokio::spawn(async move {
                 refund_call(&store, &run, "1182", 42)
-                    .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
+                    .run(refunds(&provider, 42))
                     .await
             })
         })
@@ -359,8 +364,7 @@ pub async fn a_panic_releases_the_claim(store: Arc<dyn Store>) {
     assert!(joined.expect_err("must panic").is_panic());
     let retry = within(
         "the retry after a panic",
-        refund_call(&store, &run, "1182", 42)
-            .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) }),
+        refund_call(&store, &run, "1182", 42).run(refunds(&provider, 42)),
     )
     .await
     .expect("retry");
@@ -391,8 +395,7 @@ pub async fn a_future_dropped_by_timeout_releases_the_claim(store: Arc<dyn Store
     assert!(dropped.is_err(), "the call must have been cut off");
     let retry = within(
         "the retry after a timeout",
-        refund_call(&store, &run, "1182", 42)
-            .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) }),
+        refund_call(&store, &run, "1182", 42).run(refunds(&provider, 42)),
     )
     .await
     .expect("retry");
@@ -414,8 +417,7 @@ pub async fn a_future_dropped_by_select_releases_the_claim(store: Arc<dyn Store>
     }
     let retry = within(
         "the retry after select! dropped the call",
-        refund_call(&store, &run, "1182", 42)
-            .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) }),
+        refund_call(&store, &run, "1182", 42).run(refunds(&provider, 42)),
     )
     .await
     .expect("retry");
@@ -429,11 +431,11 @@ pub async fn other_arguments_after_completion_conflict_with_the_first_result(
     let run = fresh_run();
     let provider = Provider::default();
     let first = refund_call(&store, &run, "1182", 42)
-        .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
+        .run(refunds(&provider, 42))
         .await
         .expect("first");
     let other = refund_call(&store, &run, "1182", 41)
-        .run(async { Ok::<_, PayError>(provider.refund("1182", 41)) })
+        .run(refunds(&provider, 41))
         .await
         .expect("second");
     assert_eq!(provider.refunds(), 1);
@@ -460,7 +462,7 @@ pub async fn other_arguments_in_flight_conflict_without_acting(store: Arc<dyn St
     )
     .await;
     let other = refund_call(&store, &run, "1182", 41)
-        .run(async { Ok::<_, PayError>(provider.refund("1182", 41)) })
+        .run(refunds(&provider, 41))
         .await
         .expect("second");
     assert!(
@@ -536,7 +538,7 @@ pub async fn a_duplicate_past_the_wait_deadline_is_in_progress(store: Arc<dyn St
     .await;
     let late = refund_call(&store, &run, "1182", 42)
         .wait(Duration::from_millis(100))
-        .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
+        .run(refunds(&provider, 42))
         .await;
     match late {
         Err(err) => assert!(
@@ -571,7 +573,7 @@ pub async fn a_record_past_its_retention_is_acted_again(store: Arc<dyn Store>) {
     for _ in 0..2 {
         let outcome = refund_call(&store, &run, "1182", 42)
             .retention(Duration::ZERO)
-            .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
+            .run(refunds(&provider, 42))
             .await
             .expect("outcome");
         assert!(outcome.is_fresh());
@@ -591,7 +593,7 @@ pub async fn a_purge_never_removes_a_held_claim(store: Arc<dyn Store>) {
     store.purge_expired().await.expect("purge");
     let during = refund_call(&store, &run, "1182", 42)
         .wait(Duration::from_millis(100))
-        .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
+        .run(refunds(&provider, 42))
         .await;
     assert!(
         matches!(&during, Err(err) if matches!(err.guard(), Some(Error::InProgress { .. }))),

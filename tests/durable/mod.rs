@@ -22,7 +22,7 @@ use idempotent::{
 };
 
 use crate::adversarial::{
-    Ends, Holder, PayError, Provider, fresh_run, refund_call, refund_key, usd,
+    Ends, Holder, PayError, Provider, fresh_run, refund_call, refund_key, refunds, usd,
 };
 
 /// A durable store under test, with the one thing the cases read of it
@@ -124,7 +124,7 @@ pub async fn in_flight(store: &dyn Store, key: &Key) -> idempotent::Wait {
 /// unavailable without the action ever reaching `provider`.
 pub async fn refused_as_unavailable(store: &Arc<dyn Store>, run: &Run, provider: &Provider) {
     let refused = refund_call(store, run, "1182", 42)
-        .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
+        .run(refunds(provider, 42))
         .await;
     match &refused {
         Err(err) => assert!(
@@ -291,7 +291,7 @@ pub async fn the_guard_renews_the_lease_while_a_long_action_runs(store: impl Dur
     let duplicate = refund_call(&store, &run, "1182", 42)
         .lease(lease)
         .wait(lease * 3)
-        .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
+        .run(refunds(&provider, 42))
         .await;
     assert!(
         matches!(&duplicate, Err(err) if matches!(err.guard(), Some(Error::InProgress { .. }))),
@@ -341,7 +341,7 @@ pub async fn a_key_of_a_hundred_kilobytes_is_claimed_and_replayed(store: impl Du
     for _ in 0..2 {
         Call::new("shop::refund_order", key.clone())
             .store(&store)
-            .run(async { Ok::<_, PayError>(provider.refund("1182", 42)) })
+            .run(refunds(&provider, 42))
             .await
             .expect("outcome");
     }
