@@ -2,6 +2,7 @@
 //! in-process store can show (a paused clock, a million keys).
 
 mod adversarial;
+mod cancellation;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +15,7 @@ async fn memory() -> Option<Arc<dyn Store>> {
 }
 
 adversarial_suite!(memory());
+cancellation_suite!(memory(), durable = false);
 
 #[tokio::test(start_paused = true)]
 async fn a_record_is_replayed_within_its_retention_and_forgotten_after() {
@@ -126,4 +128,51 @@ async fn the_default_store_can_be_switched_in_one_line() {
         !store.is_empty(),
         "the call used the switched default store"
     );
+}
+
+#[tokio::test]
+async fn the_memory_store_keeps_a_nan_as_it_is_and_replays_it() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let run = fresh_run();
+    let measure = || async { Ok::<_, adversarial::PayError>(f64::NAN) };
+    let first = refund_call(&store, &run, "1182", 42)
+        .run(measure())
+        .await
+        .expect("fresh");
+    let again = refund_call(&store, &run, "1182", 42)
+        .run(measure())
+        .await
+        .expect("replay");
+    assert!(first.is_fresh() && again.is_replay());
+    assert!(again.into_value().is_some_and(f64::is_nan));
+}
+
+#[tokio::test(start_paused = true)]
+async fn expired_records_are_swept_when_no_call_comes() {
+    let memory = Arc::new(MemoryStore::sweeping_every(Duration::from_secs(60)));
+    let store: Arc<dyn Store> = memory.clone();
+    let run = fresh_run();
+    let provider = Provider::default();
+    for order in 0..500 {
+        refund_call(&store, &run, &order.to_string(), 42)
+            .retention(Duration::from_secs(10))
+            .run(refunds(&provider, 42))
+            .await
+            .expect("fresh");
+    }
+    assert_eq!(memory.len(), 500);
+    // Past the retention and one sweep, with no call in between.
+    tokio::time::advance(Duration::from_secs(61)).await;
+    for _ in 0..100 {
+        if memory.is_empty() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(memory.len(), 0, "expired records stayed without traffic");
+}
+
+#[test]
+fn a_duplicate_waits_longer_than_a_crashed_holders_lease() {
+    assert!(idempotent::DEFAULT_WAIT > idempotent::DEFAULT_LEASE);
 }

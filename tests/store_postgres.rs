@@ -9,6 +9,7 @@
 #![cfg(feature = "postgres")]
 
 mod adversarial;
+mod cancellation;
 mod durable;
 mod multiprocess;
 
@@ -152,6 +153,7 @@ async fn postgres() -> Option<Arc<dyn Store>> {
 }
 
 adversarial_suite!(postgres(), callers = 200);
+cancellation_suite!(postgres());
 durable_suite!(in_schema);
 
 /// A TCP proxy in front of the server that counts round trips: every
@@ -719,4 +721,77 @@ async fn a_stale_holder_paused_past_its_lease_cannot_overwrite_the_result() {
     scene
         .play(multiprocess::a_stale_holder_paused_past_its_lease_cannot_overwrite_the_result)
         .await;
+}
+
+/// The messages of an error and its sources, outermost first.
+fn chain(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
+    let mut messages = vec![err.to_string()];
+    let mut source = err.source();
+    while let Some(cause) = source {
+        messages.push(cause.to_string());
+        source = cause.source();
+    }
+    messages
+}
+
+/// Each cause is printed once: no message repeats the one below it, as an
+/// error chain (`{:#}` in anyhow) would then print it twice.
+fn assert_each_cause_once(messages: &[String]) {
+    for pair in messages.windows(2) {
+        assert!(
+            !pair[0].contains(&pair[1]),
+            "`{}` repeats its cause `{}`",
+            pair[0],
+            pair[1]
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_error_names_the_statement_its_sqlstate_and_the_servers_message() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let store = schema.store().await;
+    let url = url().expect("url");
+    admin(&url)
+        .await
+        .batch_execute(&format!(
+            "CREATE FUNCTION {s}.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN RAISE EXCEPTION 'claims are refused today'; END $$;
+             CREATE TRIGGER refuse BEFORE INSERT ON {s}.idempotent_claims
+             FOR EACH ROW EXECUTE FUNCTION {s}.refuse();",
+            s = schema.name
+        ))
+        .await
+        .expect("a trigger that refuses claims");
+    let store: Arc<dyn Store> = Arc::new(store);
+    let provider = Provider::default();
+    let err = refund_call(&store, &fresh_run(), "1182", 42)
+        .run(refunds(&provider, 42))
+        .await
+        .expect_err("refused");
+    assert_eq!(provider.refunds(), 0);
+    let err = err.guard().expect("a guard error");
+    assert_eq!(err.action_ran(), Some(false));
+    let messages = chain(err);
+    let all = messages.join(": ");
+    assert!(all.contains("`claim` statement"), "{all}");
+    assert!(all.contains("SQLSTATE P0001"), "{all}");
+    assert!(all.contains("claims are refused today"), "{all}");
+    assert_each_cause_once(&messages);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_server_prints_each_cause_once() {
+    let down = "postgres://postgres@127.0.0.1:1/test";
+    let store: Arc<dyn Store> = Arc::new(PostgresStore::connect_lazy(down).expect("a lazy store"));
+    let provider = Provider::default();
+    let err = refund_call(&store, &fresh_run(), "1182", 42)
+        .run(refunds(&provider, 42))
+        .await
+        .expect_err("down");
+    let messages = chain(err.guard().expect("a guard error"));
+    assert!(messages.len() >= 3, "{messages:?}");
+    assert_each_cause_once(&messages);
 }

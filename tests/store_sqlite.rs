@@ -5,6 +5,7 @@
 #![cfg(feature = "sqlite")]
 
 mod adversarial;
+mod cancellation;
 mod durable;
 mod multiprocess;
 
@@ -53,6 +54,7 @@ async fn sqlite() -> Option<Arc<dyn Store>> {
 }
 
 adversarial_suite!(sqlite(), callers = 200);
+cancellation_suite!(sqlite());
 durable_suite!(in_dir);
 
 #[tokio::test]

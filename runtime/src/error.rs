@@ -6,14 +6,43 @@ use crate::store::StoreError;
 /// Why a guarded call did not run, or could not be recorded.
 ///
 /// A tool's own error type takes these with `From<idempotent::Error>`, so
-/// `#[idempotent]` can report them through the tool's `Result`.
+/// `#[idempotent]` can report them through the tool's `Result`. Every
+/// variant says whether the action ran ([`Error::action_ran`]): most did not
+/// run it at all; [`Error::NotRecorded`] and [`Error::LeaseLost`] come after
+/// it ran, and [`Error::UnknownOutcome`] after a holder whose end is unknown.
+///
+/// Messages name their own cause only; the store's error is the
+/// [`source`](std::error::Error::source), so an error chain (`{:#}` in
+/// anyhow, `tracing`'s error fields) prints each cause once.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The store failed or could not be reached. The action did not run, and
-    /// nothing was recorded as done.
-    #[error("the idempotency store failed, so the action was not run: {0}")]
+    /// The store failed or could not be reached before the action. The
+    /// action did not run, and nothing was recorded as done.
+    #[error("the idempotency store failed, so the action was not run")]
     Store(#[source] StoreError),
+
+    /// The action ran, but its result could not be recorded: the store
+    /// stayed unreachable while the lease held, or the result cannot be
+    /// stored faithfully (a `NaN`, a map with non-string keys).
+    ///
+    /// Do not run the action again by hand. Later calls with the same key
+    /// find the claim held until its lease runs out and then follow the
+    /// takeover policy, as after a crash; a result that cannot be stored is
+    /// recorded as an unknown outcome instead, so no later call runs it.
+    #[error(
+        "the action under key `{key}` ran, but its result could not be recorded; \
+         it must not be run again as if nothing happened"
+    )]
+    NotRecorded {
+        /// The key the action ran under.
+        key: Key,
+        /// The result as JSON, where it could be serialized.
+        result: Option<String>,
+        /// Why it could not be recorded.
+        #[source]
+        cause: StoreError,
+    },
 
     /// The key names `<run>` but no run is in scope and no `run` argument was
     /// given. Acting without the run could merge one action across runs.
@@ -30,7 +59,7 @@ pub enum Error {
     EmptyRun,
 
     /// A key could not be built from the call's values.
-    #[error("bad idempotency key: {0}")]
+    #[error("the idempotency key could not be built, so the action was not run")]
     Key(#[from] KeyError),
 
     /// Another call with this key is still in flight, and it did not finish
@@ -53,21 +82,25 @@ pub enum Error {
     },
 
     /// This holder's claim was taken over by another after its lease
-    /// expired. Its result was not recorded; the new holder's stands.
+    /// expired. The action ran, but its result was not recorded; the new
+    /// holder's stands.
     #[error(
-        "the claim on key `{key}` was taken over after its lease expired; this result was not recorded"
+        "the action under key `{key}` ran, but its claim was taken over after its lease expired, \
+         so this result was not recorded"
     )]
     LeaseLost {
         /// The key whose claim was lost.
         key: Key,
     },
 
-    /// A holder crashed mid-action, and the takeover policy says not to run
-    /// the action again. Whether it happened is unknown: check with the
-    /// provider, then [`forget`](crate::Store::forget) the key to allow a retry.
+    /// The outcome of an earlier call under this key is not on record: its
+    /// holder stopped mid-action and the takeover policy says not to run it
+    /// again, or its result could not be stored. Check with the provider,
+    /// then [`forget`](crate::Store::forget) the key to allow a retry.
     #[error(
-        "an earlier holder of key `{key}` stopped mid-action; whether the action happened is unknown, \
-         so it was not run again"
+        "the outcome of an earlier call under key `{key}` is not on record (its holder stopped \
+         mid-action, or its result could not be stored), so the action was not run again; \
+         check with the provider, then forget the key"
     )]
     UnknownOutcome {
         /// The key whose outcome is unknown.
@@ -75,13 +108,36 @@ pub enum Error {
     },
 
     /// An argument could not be serialized for the fingerprint.
-    #[error("an argument could not be fingerprinted: {0}")]
+    #[error("an argument could not be fingerprinted, so the action was not run")]
     Fingerprint(#[source] serde_json::Error),
 
-    /// A result could not be serialized for the store, or a recorded result
-    /// could not be read back as the tool's type.
-    #[error("a recorded result could not be encoded or decoded: {0}")]
+    /// A recorded result could not be read back as the tool's type (the
+    /// tool's result type changed since it was recorded). Nothing ran now.
+    #[error("a recorded result could not be read back as the tool's result type")]
     Codec(#[source] serde_json::Error),
+}
+
+impl Error {
+    /// Whether the action ran in the call that returned this error:
+    /// `Some(false)` if it did not, `Some(true)` if it ran but its result
+    /// was not recorded, `None` if an earlier holder's outcome is unknown.
+    ///
+    /// A tool can tell its caller (or the model) the truth with it: after
+    /// `Some(true)` the action must not be asked for again as if nothing
+    /// happened.
+    ///
+    /// ```
+    /// use idempotent_runtime::Error;
+    ///
+    /// assert_eq!(Error::MissingRun.action_ran(), Some(false));
+    /// ```
+    pub fn action_ran(&self) -> Option<bool> {
+        match self {
+            Error::NotRecorded { .. } | Error::LeaseLost { .. } => Some(true),
+            Error::UnknownOutcome { .. } => None,
+            _ => Some(false),
+        }
+    }
 }
 
 impl From<StoreError> for Error {

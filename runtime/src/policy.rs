@@ -7,13 +7,17 @@ use std::time::Duration;
 /// idempotency keys (Stripe: 24 hours), so a late retry is still caught here.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
-/// The default deadline for waiting on an in-flight duplicate.
+/// The default deadline for waiting on an in-flight duplicate: twice the
+/// [`DEFAULT_LEASE`], so that a duplicate waiting on a holder that crashed
+/// is still waiting when the holder's lease runs out, and takes over then
+/// instead of giving up with [`Error::InProgress`](crate::Error::InProgress).
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 
-/// The default lease on a claim. The guard renews it while the action runs,
-/// so it bounds how long a crashed holder blocks a key, not how long an
-/// action may take.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// The default lease on a claim. The guard renews it (every third of it)
+/// while the action runs, so it bounds how long a crashed holder blocks a
+/// key, not how long an action may take. Keep a call site's `wait` longer
+/// than its `lease`, for the reason given at [`DEFAULT_WAIT`].
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
 
 /// What to do when a claim is taken over from a holder that stopped
 /// mid-action (its lease expired): it may or may not have acted.

@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
+use crate::store::StoreError;
 
 /// The identity of a tool: its module path and function name, such as
 /// `shop::tools::refund_order`. Stable across builds; recorded with each
@@ -63,12 +64,25 @@ trait Erased: Any + Send + Sync {
     fn as_any(&self) -> &dyn Any;
 }
 
-impl<T: Serialize + Send + Sync + 'static> Erased for T {
+/// A typed value, which knows how to check its own JSON.
+struct Typed<T>(T);
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Erased for Typed<T> {
+    /// The value's JSON, once it is known to read back as the same value:
+    /// a replay must never trip over what the first call recorded.
     fn to_json(&self) -> serde_json::Result<String> {
-        serde_json::to_string(self)
+        let json = serde_json::to_string(&self.0)?;
+        let back: T = serde_json::from_str(&json)?;
+        // Compared as JSON values, so a map's order does not matter.
+        if serde_json::to_value(&back)? != serde_json::from_str::<serde_json::Value>(&json)? {
+            return Err(serde::ser::Error::custom(
+                "the value reads back from its JSON as a different value",
+            ));
+        }
+        Ok(json)
     }
     fn as_any(&self) -> &dyn Any {
-        self
+        &self.0
     }
 }
 
@@ -87,8 +101,8 @@ pub struct Recorded(Repr);
 
 impl Recorded {
     /// Records a typed value.
-    pub fn typed<T: Serialize + Send + Sync + 'static>(value: T) -> Recorded {
-        Recorded(Repr::Typed(Arc::new(value)))
+    pub fn typed<T: Serialize + DeserializeOwned + Send + Sync + 'static>(value: T) -> Recorded {
+        Recorded(Repr::Typed(Arc::new(Typed(value))))
     }
 
     /// A value read back from a store, as JSON text.
@@ -96,10 +110,17 @@ impl Recorded {
         Recorded(Repr::Json(json.into()))
     }
 
-    /// The value as JSON text, for a store to write.
-    pub fn to_json(&self) -> Result<Cow<'_, str>, Error> {
+    /// The value as JSON text, for a store to write. Fails with
+    /// [`StoreError::Unrecordable`] if the value does not serialize, or does
+    /// not read back as itself (a `NaN` would be written as `null`): a store
+    /// then refuses to complete with it, rather than keep a record that every
+    /// replay would trip over.
+    pub fn to_json(&self) -> Result<Cow<'_, str>, StoreError> {
         match &self.0 {
-            Repr::Typed(value) => value.to_json().map(Cow::Owned).map_err(Error::Codec),
+            Repr::Typed(value) => value
+                .to_json()
+                .map(Cow::Owned)
+                .map_err(StoreError::Unrecordable),
             Repr::Json(json) => Ok(Cow::Borrowed(json)),
         }
     }

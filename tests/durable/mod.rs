@@ -498,6 +498,40 @@ pub async fn measure_latency_of_a_guarded_call(store: impl Durable) {
     println!("measured: a fresh call (claim + complete) {fresh:?}, a replay {replay:?}");
 }
 
+pub async fn a_result_that_cannot_be_stored_faithfully_is_refused_before_any_replay(
+    store: impl Durable,
+) {
+    let store: Arc<dyn Store> = Arc::new(store);
+    let run = fresh_run();
+    let provider = Provider::default();
+    let measure = || async {
+        provider.refund("1182", 42);
+        Ok::<_, PayError>(f64::NAN)
+    };
+    let first = refund_call(&store, &run, "1182", 42)
+        .run(measure())
+        .await
+        .expect_err("a NaN is stored as null, which reads back as no number");
+    match first.guard() {
+        Some(Error::NotRecorded { cause, .. }) => {
+            assert!(matches!(cause, StoreError::Unrecordable(_)), "{cause:?}")
+        }
+        other => panic!("expected NotRecorded, got {other:?}"),
+    }
+    assert_eq!(first.guard().and_then(Error::action_ran), Some(true));
+    // Recorded as an unknown outcome: no later call runs it again, nor
+    // trips over a record it cannot read.
+    let again = refund_call(&store, &run, "1182", 42)
+        .run(measure())
+        .await
+        .expect_err("an unknown outcome");
+    assert!(
+        matches!(again.guard(), Some(Error::UnknownOutcome { .. })),
+        "{again:?}"
+    );
+    assert_eq!(provider.refunds(), 1);
+}
+
 /// Instantiates every case above as a test, on a multi-thread runtime.
 /// `$make(purge_batch)` is an async function giving `Option<impl Durable>`.
 #[macro_export]
@@ -514,6 +548,7 @@ macro_rules! durable_suite {
             a_key_of_a_hundred_kilobytes_is_claimed_and_replayed,
             purging_while_expired_keys_are_claimed_again_never_acts_twice,
             forgetting_removes_a_finished_record_but_never_a_held_claim,
+            a_result_that_cannot_be_stored_faithfully_is_refused_before_any_replay,
         );
     };
     (@cases $make:path, $($case:ident),* $(,)?) => {

@@ -1,6 +1,7 @@
 //! The in-memory store: the default, for one process, with no set-up.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -17,6 +18,10 @@ use crate::record::{Ending, Finished, ToolId};
 /// Sweeps run after this many new claims at the least.
 const MIN_SWEEP_INTERVAL: usize = 1024;
 
+/// How often a memory store's sweeper removes expired records, unless
+/// [`MemoryStore::sweeping_every`] says otherwise.
+pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(60);
+
 /// Claims and records in a sharded map, for one process.
 ///
 /// - A claim is one entry operation under one shard's lock: there is no
@@ -27,7 +32,8 @@ const MIN_SWEEP_INTERVAL: usize = 1024;
 /// - Finished records expire after their retention. Expired records are
 ///   swept as new keys arrive (each sweep is paid for by as many inserts as
 ///   there were records), so memory stays bounded under a stream of unique
-///   keys. A held claim is never swept.
+///   keys, and by one sweeper task per store every [`DEFAULT_SWEEP_EVERY`],
+///   so they go when traffic stops too. A held claim is never swept.
 /// - Leases do not expire here: a holder that panics or is dropped releases
 ///   its claim at once, and a crash takes the whole store with it. Use a
 ///   durable store to survive a crash.
@@ -49,10 +55,20 @@ const MIN_SWEEP_INTERVAL: usize = 1024;
 /// # Ok(()) }
 /// ```
 pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     slots: DashMap<Key, Slot>,
     owners: AtomicU64,
     inserted_since_sweep: AtomicUsize,
     sweep_after: AtomicUsize,
+    /// How often the sweeper task runs.
+    sweep_every: Duration,
+    /// Whether a sweeper task is alive; cleared by the task as it ends, so
+    /// the next insert starts another (a runtime that shut down takes its
+    /// tasks with it).
+    sweeping: AtomicBool,
 }
 
 struct Held {
@@ -91,31 +107,90 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
-    /// An empty store.
+    /// An empty store, sweeping expired records every
+    /// [`DEFAULT_SWEEP_EVERY`].
     pub fn new() -> MemoryStore {
+        MemoryStore::sweeping_every(DEFAULT_SWEEP_EVERY)
+    }
+
+    /// An empty store whose sweeper removes expired records every `every`
+    /// (at least once a millisecond). The sweeper is one task per store,
+    /// started with the first claim on a tokio runtime and ended with the
+    /// store.
+    pub fn sweeping_every(every: Duration) -> MemoryStore {
         MemoryStore {
-            slots: DashMap::new(),
-            owners: AtomicU64::new(1),
-            inserted_since_sweep: AtomicUsize::new(0),
-            sweep_after: AtomicUsize::new(MIN_SWEEP_INTERVAL),
+            inner: Arc::new(Inner {
+                slots: DashMap::new(),
+                owners: AtomicU64::new(1),
+                inserted_since_sweep: AtomicUsize::new(0),
+                sweep_after: AtomicUsize::new(MIN_SWEEP_INTERVAL),
+                sweep_every: every.max(Duration::from_millis(1)),
+                sweeping: AtomicBool::new(false),
+            }),
         }
     }
 
     /// How many keys the store holds, claimed or finished.
     pub fn len(&self) -> usize {
-        self.slots.len()
+        self.inner.slots.len()
     }
 
     /// Whether the store holds no key.
     pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.inner.slots.is_empty()
     }
 
     /// Whether a key is claimed and its action still running.
     pub fn is_held(&self, key: &Key) -> bool {
-        matches!(self.slots.get(key).as_deref(), Some(Slot::Held(_)))
+        matches!(self.inner.slots.get(key).as_deref(), Some(Slot::Held(_)))
     }
 
+    /// Starts the sweeper if none is alive and a runtime is there to run it.
+    fn ensure_sweeper(&self) {
+        if self.inner.sweeping.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.inner.sweeping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let first = Instant::now() + self.inner.sweep_every;
+        runtime.spawn(sweeper(Arc::downgrade(&self.inner), first));
+    }
+}
+
+/// Sweeps a store on a timer, so records expire even when no call comes;
+/// ends when the store is dropped (or its runtime shuts down).
+async fn sweeper(store: Weak<Inner>, first: Instant) {
+    struct Alive(Weak<Inner>);
+    impl Drop for Alive {
+        fn drop(&mut self) {
+            if let Some(store) = self.0.upgrade() {
+                store.sweeping.store(false, Ordering::Release);
+            }
+        }
+    }
+    let _alive = Alive(store.clone());
+    let Some(every) = store.upgrade().map(|s| s.sweep_every) else {
+        return;
+    };
+    // Timed from the spawn, not from the task's first poll.
+    let mut ticks = tokio::time::interval_at(first, every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        match store.upgrade() {
+            Some(store) => {
+                store.sweep();
+            }
+            None => return,
+        }
+    }
+}
+
+impl Inner {
     fn new_claim(&self, req: &ClaimRequest<'_>, fence: u64) -> (Held, Claim) {
         let owner = u128::from(self.owners.fetch_add(1, Ordering::Relaxed));
         let held = Held {
@@ -276,7 +351,11 @@ impl MemoryStore {
 
 impl Store for MemoryStore {
     fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimState>> {
-        StoreFuture::ready(Ok(self.claim_now(&req)))
+        let state = self.inner.claim_now(&req);
+        if matches!(state, ClaimState::Claimed(_)) {
+            self.ensure_sweeper();
+        }
+        StoreFuture::ready(Ok(state))
     }
 
     fn complete<'a>(
@@ -284,11 +363,11 @@ impl Store for MemoryStore {
         claim: &'a Claim,
         finished: Finished,
     ) -> StoreFuture<'a, StoreResult<()>> {
-        StoreFuture::ready(self.complete_now(claim, finished))
+        StoreFuture::ready(self.inner.complete_now(claim, finished))
     }
 
     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
-        StoreFuture::ready(self.release_now(claim))
+        StoreFuture::ready(self.inner.release_now(claim))
     }
 
     fn extend<'a>(
@@ -297,7 +376,7 @@ impl Store for MemoryStore {
         _lease: Duration,
     ) -> StoreFuture<'a, StoreResult<()>> {
         let current = matches!(
-            self.slots.get(&claim.key).as_deref(),
+            self.inner.slots.get(&claim.key).as_deref(),
             Some(Slot::Held(held)) if held.owner == claim.owner && held.fence == claim.fence
         );
         StoreFuture::ready(if current {
@@ -308,10 +387,14 @@ impl Store for MemoryStore {
     }
 
     fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
-        StoreFuture::ready(Ok(self.sweep()))
+        StoreFuture::ready(Ok(self.inner.sweep()))
+    }
+
+    fn answers_at_once(&self) -> bool {
+        true
     }
 
     fn forget<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<bool>> {
-        StoreFuture::ready(Ok(self.forget_now(key)))
+        StoreFuture::ready(Ok(self.inner.forget_now(key)))
     }
 }

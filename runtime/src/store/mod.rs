@@ -161,15 +161,21 @@ pub enum StoreError {
     /// The claim was taken over by another holder after its lease expired.
     #[error("the claim was taken over after its lease expired")]
     LeaseLost,
-    /// The store could not be reached.
-    #[error("the store is unavailable: {0}")]
+    /// The store could not be reached, or was too busy to answer in time.
+    /// Trying again later may work.
+    #[error("the store is unavailable")]
     Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The store answered with an error.
-    #[error("the store failed: {0}")]
+    #[error("the store failed")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// A stored record could not be read.
     #[error("a stored record is corrupt: {0}")]
     Corrupt(String),
+    /// A result cannot be stored faithfully: it does not serialize, or does
+    /// not read back as itself (a `NaN` becomes `null`). Stores that keep
+    /// JSON refuse it on completion, before a replay could trip on it.
+    #[error("the result cannot be stored faithfully as JSON")]
+    Unrecordable(#[source] serde_json::Error),
 }
 
 /// A result type for store operations.
@@ -185,7 +191,14 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// - at most one live [`Claim`] per key;
 /// - [`Store::complete`] and [`Store::release`] change nothing, and return
 ///   [`StoreError::LeaseLost`], unless the claim's owner and fence are
-///   current;
+///   current; completing a claim that the same owner and fence already
+///   completed succeeds again (the guard retries a completion whose reply
+///   was lost);
+/// - [`Store::complete`] refuses a result that [`Recorded::to_json`] refuses
+///   with [`StoreError::Unrecordable`], before writing anything, if the store
+///   keeps JSON;
+/// - [`StoreError::Unavailable`] means nothing was done, or the step may be
+///   tried again safely: the guard retries completions and releases on it;
 /// - a held claim is never purged; a finished record is purged only after
 ///   its retention;
 /// - a [`Wait`] never misses a completion or release that happens after the
@@ -216,6 +229,15 @@ pub trait Store: Send + Sync + 'static {
     /// Removes a key's finished record, so the action may run again. For
     /// operators resolving an unknown outcome; a held claim is left alone.
     fn forget<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<bool>>;
+
+    /// Whether every method's future is ready as soon as it is returned
+    /// (the memory store). The guard then calls the store inline. Otherwise
+    /// it runs claims, completions and releases on tasks of their own, so
+    /// that a call dropped at any `.await` never leaves a claim nobody owns
+    /// nor loses the record of an action that ran.
+    fn answers_at_once(&self) -> bool {
+        false
+    }
 
     /// How often the guard renews a held claim's lease while its action runs,
     /// or `None` if leases never expire under a live holder (the memory

@@ -128,12 +128,15 @@ SELECT false, fence, taken_over, key_text, tool, fingerprint, state, owner,
 FROM existing
 WHERE NOT EXISTS (SELECT 1 FROM mine)";
 
+/// Completes a claim held by this owner at this fence. Completing it again
+/// (a retry after a reply that was lost) finds it done by the same owner and
+/// fence and writes the same record: nobody else can hold that pair.
 const COMPLETE: &str = "\
 WITH done AS (
     UPDATE idempotent_claims
     SET state = 'done', ending = $4, result = $5, finished_at = $6, lease_until = NULL,
         expires_at = now() + $7::bigint * interval '1 millisecond'
-    WHERE key_digest = $1 AND state = 'held' AND owner = $2 AND fence = $3
+    WHERE key_digest = $1 AND owner = $2 AND fence = $3
     RETURNING key_digest
 )
 SELECT pg_notify('idempotent_claims', encode(key_digest, 'hex')) FROM done";
@@ -172,6 +175,22 @@ WHERE c.key_digest = batch.key_digest
   AND c.expires_at <= now() AND (c.state = 'done' OR c.lease_until <= now())";
 
 const FORGET: &str = "DELETE FROM idempotent_claims WHERE key_digest = $1 AND state = 'done'";
+
+/// The name an error gives a statement; looked up only when one failed.
+fn statement_name(sql: &str) -> &'static str {
+    [
+        (CLAIM, "claim"),
+        (COMPLETE, "complete"),
+        (RELEASE, "release"),
+        (EXTEND, "extend"),
+        (HELD_BY, "held-by"),
+        (PURGE, "purge"),
+        (FORGET, "forget"),
+    ]
+    .into_iter()
+    .find(|(text, _)| *text == sql)
+    .map_or("store", |(_, name)| name)
+}
 
 const MIGRATE_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('idempotent_claims')::bigint)";
 
@@ -250,28 +269,55 @@ fn corrupt(err: tokio_postgres::Error) -> StoreError {
 }
 
 /// Sorts errors into "unreachable" (the action must not run, and a retry
-/// later may work) and everything else.
-fn pg_error(err: tokio_postgres::Error) -> StoreError {
-    let Some(db) = err.as_db_error() else {
-        // I/O, a closed connection, a timeout: the server was not reached.
-        return StoreError::Unavailable(Box::new(err));
-    };
-    let code = db.code();
-    let class = code.code().get(..2).unwrap_or_default();
-    if *code == SqlState::UNDEFINED_TABLE {
-        StoreError::Backend(Box::new(MissingSchema(err)))
-    } else if matches!(class, "08" | "53" | "57") {
-        // Connection exceptions, insufficient resources, operator
-        // intervention (a shutdown, a cancelled statement).
-        StoreError::Unavailable(Box::new(err))
-    } else {
-        StoreError::Backend(Box::new(err))
+/// later may work) and everything else, naming the statement that failed and
+/// the server's SQLSTATE; the server's own message is the source.
+fn pg_error(statement: &'static str) -> impl Fn(tokio_postgres::Error) -> StoreError + Copy {
+    move |err| {
+        let Some(db) = err.as_db_error() else {
+            // I/O, a closed connection, a timeout: the server was not reached.
+            return StoreError::Unavailable(Box::new(StatementFailed {
+                statement,
+                sqlstate: None,
+                source: err,
+            }));
+        };
+        let code = db.code().clone();
+        let class = code.code().get(..2).unwrap_or_default().to_owned();
+        if code == SqlState::UNDEFINED_TABLE {
+            return StoreError::Backend(Box::new(MissingSchema(err)));
+        }
+        let failed = Box::new(StatementFailed {
+            statement,
+            sqlstate: Some(code.code().to_owned()),
+            source: err,
+        });
+        if matches!(class.as_str(), "08" | "53" | "57") {
+            // Connection exceptions, insufficient resources, operator
+            // intervention (a shutdown, a cancelled statement).
+            StoreError::Unavailable(failed)
+        } else {
+            StoreError::Backend(failed)
+        }
     }
+}
+
+/// A statement that failed: which, and the server's SQLSTATE when it
+/// answered.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the `{statement}` statement failed{}",
+    sqlstate.as_deref().map(|code| format!(" with SQLSTATE {code}")).unwrap_or_default()
+)]
+struct StatementFailed {
+    statement: &'static str,
+    sqlstate: Option<String>,
+    #[source]
+    source: tokio_postgres::Error,
 }
 
 fn pool_error(err: PoolError) -> StoreError {
     match err {
-        PoolError::Backend(err) => pg_error(err),
+        PoolError::Backend(err) => pg_error("connect")(err),
         other => StoreError::Unavailable(Box::new(other)),
     }
 }
@@ -413,10 +459,14 @@ impl PostgresStore {
     /// that several processes starting at once do not trip over each other.
     pub async fn migrate(&self) -> StoreResult<()> {
         let mut client = self.inner.pool.get().await.map_err(pool_error)?;
-        let tx = client.transaction().await.map_err(pg_error)?;
-        tx.batch_execute(MIGRATE_LOCK).await.map_err(pg_error)?;
-        tx.batch_execute(POSTGRES_SCHEMA).await.map_err(pg_error)?;
-        tx.commit().await.map_err(pg_error)
+        let tx = client.transaction().await.map_err(pg_error("migrate"))?;
+        tx.batch_execute(MIGRATE_LOCK)
+            .await
+            .map_err(pg_error("migrate"))?;
+        tx.batch_execute(POSTGRES_SCHEMA)
+            .await
+            .map_err(pg_error("migrate"))?;
+        tx.commit().await.map_err(pg_error("migrate"))
     }
 
     /// Waits until the store listens for completions, connecting its
@@ -451,17 +501,19 @@ impl Inner {
         params: &[&(dyn ToSql + Sync)],
     ) -> StoreResult<Vec<tokio_postgres::Row>> {
         let client = self.pool.get().await.map_err(pool_error)?;
-        let statement = client.prepare_cached(sql).await.map_err(pg_error)?;
+        let failed = |err| pg_error(statement_name(sql))(err);
+        let statement = client.prepare_cached(sql).await.map_err(failed)?;
         self.statements.fetch_add(1, Ordering::Relaxed);
-        client.query(&statement, params).await.map_err(pg_error)
+        client.query(&statement, params).await.map_err(failed)
     }
 
     /// Runs one prepared statement and returns how many rows it touched.
     async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> StoreResult<u64> {
         let client = self.pool.get().await.map_err(pool_error)?;
-        let statement = client.prepare_cached(sql).await.map_err(pg_error)?;
+        let failed = |err| pg_error(statement_name(sql))(err);
+        let statement = client.prepare_cached(sql).await.map_err(failed)?;
         self.statements.fetch_add(1, Ordering::Relaxed);
-        client.execute(&statement, params).await.map_err(pg_error)
+        client.execute(&statement, params).await.map_err(failed)
     }
 
     /// The lease left on a claim if `owner` at `fence` still holds it.
@@ -599,10 +651,7 @@ impl Inner {
     }
 
     async fn complete(&self, claim: &Claim, finished: Finished) -> StoreResult<()> {
-        let json = finished
-            .value
-            .to_json()
-            .map_err(|e| StoreError::Backend(Box::new(e)))?;
+        let json = finished.value.to_json()?;
         let digest = claim.key.digest();
         let owner = row::owner_bytes(claim.owner);
         let changed = self

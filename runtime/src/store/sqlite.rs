@@ -103,10 +103,13 @@ const PEEK_FINISHED: &str = "SELECT key_text, tool, fingerprint, state, owner, f
        lease_until, ending, result, finished_at \
      FROM idempotent_claims WHERE key_digest = ?1 AND state = 'done' AND expires_at > ?2";
 
+/// Completes a claim held by this owner at this fence. Completing it again
+/// (a retry after a reply that was lost) finds it done by the same owner and
+/// fence and writes the same record: nobody else can hold that pair.
 const COMPLETE: &str = "UPDATE idempotent_claims \
      SET state = 'done', ending = ?4, result = ?5, finished_at = ?6, lease_until = NULL, \
          expires_at = ?7 + ?8 \
-     WHERE key_digest = ?1 AND state = 'held' AND owner = ?2 AND fence = ?3";
+     WHERE key_digest = ?1 AND owner = ?2 AND fence = ?3";
 
 const RELEASE: &str = "DELETE FROM idempotent_claims \
      WHERE key_digest = ?1 AND state = 'held' AND owner = ?2 AND fence = ?3";
@@ -546,11 +549,7 @@ impl Inner {
     }
 
     async fn complete(self: &Arc<Self>, claim: &Claim, finished: Finished) -> StoreResult<()> {
-        let json = finished
-            .value
-            .to_json()
-            .map_err(|e| StoreError::Backend(Box::new(e)))?
-            .into_owned();
+        let json = finished.value.to_json()?.into_owned();
         let digest = claim.key.digest();
         let (owner, fence) = (claim.owner, claim.fence);
         let retention = row::millis(claim.retention);

@@ -2,7 +2,6 @@
 
 use std::borrow::Cow;
 use std::future::Future;
-use std::pin::pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -17,58 +16,15 @@ use crate::outcome::ConflictReason;
 use crate::outcome::{DEFAULT_CONFLICT_NOTE, DEFAULT_REPLAY_NOTE, OTHER_TOOL_NOTE, Outcome};
 use crate::policy::{Policy, Takeover};
 use crate::record::{Ending, Finished, Recorded, ToolId};
-use crate::store::{Claim, ClaimRequest, ClaimState, IntoStore, Store, StoreError, default_store};
+use crate::store::{IntoStore, Store, StoreError, default_store};
 
-tokio::task_local! {
-    static ACTIVE: Active;
-}
+use held::{Answer, Asked};
 
-/// The keys whose actions are running on this task, innermost first.
-struct Active {
-    key: Key,
-    outer: Option<Arc<[Key]>>,
-}
+mod active;
+mod held;
 
-impl Active {
-    fn holds(&self, key: &Key) -> bool {
-        self.key == *key || self.outer.iter().flat_map(|o| o.iter()).any(|k| k == key)
-    }
-
-    fn enter(key: Key) -> Active {
-        let outer = ACTIVE
-            .try_with(|active| {
-                let mut keys = Vec::with_capacity(1 + active.outer.as_ref().map_or(0, |o| o.len()));
-                keys.push(active.key.clone());
-                keys.extend(active.outer.iter().flat_map(|o| o.iter().cloned()));
-                Arc::from(keys)
-            })
-            .ok();
-        Active { key, outer }
-    }
-}
-
-/// The key of the guarded action running on this task, if any.
-///
-/// Hand its [`Key::provider_key`] to the provider as the provider's own
-/// idempotency key, so that a retry after a crash is deduplicated there too.
-///
-/// ```
-/// # use idempotent_runtime::{Call, Key, current_key};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), idempotent_runtime::Error> {
-/// let key = Key::builder().literal("run-1:refund:")?.part("order_id", &1182)?.finish()?;
-/// let outcome = Call::new("shop::refund", key)
-///     .run(async {
-///         let key = current_key().ok_or(idempotent_runtime::Error::MissingRun)?;
-///         Ok::<_, idempotent_runtime::Error>(key.provider_key().into_owned())
-///     })
-///     .await?;
-/// assert_eq!(outcome.value().map(String::as_str), Some("run-1:refund:1182"));
-/// # Ok(()) }
-/// ```
-pub fn current_key() -> Option<Key> {
-    ACTIVE.try_with(|active| active.key.clone()).ok()
-}
+pub(crate) use active::acting_as;
+pub use active::current_key;
 
 /// One guarded call: a key, the tool, the arguments' fingerprint and the
 /// call site's policy. [`Call::run`] claims the key, then acts or replays.
@@ -199,8 +155,30 @@ impl Call {
     /// - The same key with other arguments or from another tool gets
     ///   [`Outcome::Conflict`].
     ///
-    /// If `action` panics or the returned future is dropped mid-action, the
-    /// claim is released.
+    /// # Errors
+    ///
+    /// The action's own `Err`, or an [`Error`] converted into `E`. Each says
+    /// whether the action ran ([`Error::action_ran`]):
+    /// - before acting: [`Error::Store`] (the claim could not be made),
+    ///   [`Error::InProgress`] (a duplicate still in flight at the `wait`
+    ///   deadline), [`Error::Reentrant`], [`Error::UnknownOutcome`], and
+    ///   [`Error::Codec`] for a recorded result of another type;
+    /// - after acting: [`Error::NotRecorded`], when the result could not be
+    ///   recorded (the completion is tried again while the lease holds), and
+    ///   [`Error::LeaseLost`], when another caller took the claim over.
+    ///
+    /// # Cancel safety
+    ///
+    /// The returned future may be dropped at any `.await`, as frameworks do
+    /// with timeouts and `select!`:
+    /// - before the action starts, the claim is released (or never made):
+    ///   the next call acts at once, without waiting out a lease;
+    /// - while the action runs, the action is dropped with it and the claim is
+    ///   released, as after an error, so a retry acts again;
+    /// - once the action has returned `Ok`, its result is still recorded on a
+    ///   task of its own, and every later call replays it.
+    ///
+    /// If `action` panics, the claim is released and the panic propagates.
     pub fn run<T, E, F>(self, action: F) -> impl Future<Output = Result<Outcome<T>, E>>
     where
         F: Future<Output = Result<T, E>>,
@@ -248,29 +226,26 @@ impl Call {
             policy,
             store,
         } = self;
-        if ACTIVE
-            .try_with(|active| active.holds(&key))
-            .unwrap_or(false)
-        {
+        if active::is_acting(&key) {
             return Err(Error::Reentrant { key }.into());
         }
         let store = store.unwrap_or_else(default_store);
-        let request = ClaimRequest {
-            key: &key,
-            tool: &tool,
-            fingerprint,
-            lease: policy.lease,
-            retention: policy.retention,
-        };
 
         let mut deadline = None;
-        let claim = loop {
-            match store.claim(request).await.map_err(Error::from)? {
-                ClaimState::Claimed(claim) => break claim,
-                ClaimState::Completed(finished) => {
+        let mut held = loop {
+            let asked = Asked {
+                key: &key,
+                tool: &tool,
+                fingerprint,
+                lease: policy.lease,
+                retention: policy.retention,
+            };
+            match held::claim(&store, asked).await.map_err(Error::from)? {
+                Answer::Claimed(held) => break held,
+                Answer::Completed(finished) => {
                     return replay(&key, &policy, finished, errors.as_ref());
                 }
-                ClaimState::Conflict { reason, first } => {
+                Answer::Conflict { reason, first } => {
                     let note = match reason {
                         ConflictReason::OtherTool => Cow::Borrowed(OTHER_TOOL_NOTE),
                         _ => policy
@@ -288,7 +263,7 @@ impl Call {
                         note,
                     });
                 }
-                ClaimState::InFlight(woken) => {
+                Answer::InFlight(woken) => {
                     let deadline = *deadline.get_or_insert_with(|| Instant::now() + policy.wait);
                     if tokio::time::timeout_at(deadline, woken).await.is_err() {
                         return Err(Error::InProgress { key }.into());
@@ -297,105 +272,50 @@ impl Call {
             }
         };
 
-        let mut holding = Holding {
-            store: Arc::clone(&store),
-            claim,
-            armed: true,
-        };
-        if holding.claim.taken_over && policy.takeover == Takeover::ReportUnknown {
-            holding.armed = false;
+        if held.taken_over() && policy.takeover == Takeover::ReportUnknown {
             let unknown = Finished {
                 ending: Ending::Unknown,
                 value: Recorded::from_json("null"),
                 finished_at: SystemTime::now(),
             };
-            store
-                .complete(&holding.claim, unknown)
-                .await
-                .map_err(|e| lease_error(&key, e))?;
+            // Nothing ran here: if the unknown outcome cannot be recorded, the
+            // claim stays held and the next caller decides again.
+            held.complete(unknown).await.map_err(Error::from)?;
             return Err(Error::UnknownOutcome { key }.into());
         }
 
-        let active = Active::enter(key.clone());
-        let action = ACTIVE.scope(active, action);
-        let result = match store.renew_every(policy.lease) {
-            None => action.await,
-            // Boxed, so that calls on stores that never renew do not carry
-            // the renewal loop's state in their future.
-            Some(every) => {
-                Box::pin(renewing(
-                    action,
-                    store.as_ref(),
-                    &holding.claim,
-                    every,
-                    policy.lease,
-                ))
-                .await
-            }
-        };
+        held.renew_while_acting();
+        let result = acting_as(key.clone(), action).await;
 
         match result {
             Ok(value) => {
-                // The action happened: from here on the claim must never be
-                // released, or a retry would act twice.
-                holding.armed = false;
                 let finished = Finished {
                     ending: Ending::Ok,
                     value: Recorded::typed(value.clone()),
                     finished_at: SystemTime::now(),
                 };
-                store
-                    .complete(&holding.claim, finished)
-                    .await
-                    .map_err(|e| lease_error(&key, e))?;
-                Ok(Outcome::Fresh { value })
+                match held.complete(finished).await {
+                    Ok(()) => Ok(Outcome::Fresh { value }),
+                    Err(cause) => Err(not_recorded(key, cause, Some(&value)).into()),
+                }
             }
             Err(err) => match &errors {
                 Some(codec) => {
-                    holding.armed = false;
                     let finished = Finished {
                         ending: Ending::Err,
                         value: (codec.record)(&err),
                         finished_at: SystemTime::now(),
                     };
-                    store
-                        .complete(&holding.claim, finished)
-                        .await
-                        .map_err(|e| lease_error(&key, e))?;
-                    Err(err)
+                    match held.complete(finished).await {
+                        Ok(()) => Err(err),
+                        Err(cause) => Err(not_recorded::<T>(key, cause, None).into()),
+                    }
                 }
                 None => {
-                    holding.armed = false;
-                    // If the store is down the lease frees the claim later.
-                    let _ = store.release(&holding.claim).await;
+                    held.release().await;
                     Err(err)
                 }
             },
-        }
-    }
-}
-
-/// Runs the action while renewing the claim's lease every `every`.
-async fn renewing<F: Future>(
-    action: F,
-    store: &dyn Store,
-    claim: &Claim,
-    every: Duration,
-    lease: Duration,
-) -> F::Output {
-    let mut action = pin!(action);
-    let mut renewing = true;
-    loop {
-        tokio::select! {
-            biased;
-            result = &mut action => break result,
-            () = tokio::time::sleep(every), if renewing => {
-                // Once the lease is lost there is nothing to renew;
-                // `complete` reports it. A store that is briefly down is
-                // tried again next time.
-                let renewed = store.extend(claim, lease).await;
-                renewing = !matches!(renewed, Err(StoreError::LeaseLost));
-            }
         }
     }
 }
@@ -405,10 +325,15 @@ struct ErrorCodec<E> {
     replay: fn(&Recorded) -> Result<E, Error>,
 }
 
-fn lease_error(key: &Key, err: StoreError) -> Error {
-    match err {
-        StoreError::LeaseLost => Error::LeaseLost { key: key.clone() },
-        other => Error::Store(other),
+/// The error for an action that ran but whose result could not be recorded.
+fn not_recorded<T: Serialize>(key: Key, cause: StoreError, value: Option<&T>) -> Error {
+    match cause {
+        StoreError::LeaseLost => Error::LeaseLost { key },
+        cause => Error::NotRecorded {
+            key,
+            result: value.and_then(|value| serde_json::to_string(value).ok()),
+            cause,
+        },
     }
 }
 
@@ -437,32 +362,5 @@ where
             None => Err(Error::UnknownOutcome { key: key.clone() }.into()),
         },
         Ending::Unknown => Err(Error::UnknownOutcome { key: key.clone() }.into()),
-    }
-}
-
-/// A held claim that is released if the call ends before it is disarmed:
-/// by an error, a panic, or the future being dropped.
-struct Holding {
-    store: Arc<dyn Store>,
-    claim: Claim,
-    armed: bool,
-}
-
-impl Drop for Holding {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        // The memory store releases synchronously. A store that does I/O
-        // releases on a spawned task; with no runtime left, its lease frees
-        // the claim.
-        let pending = self.store.release(&self.claim).into_ready().is_err();
-        if let (true, Ok(handle)) = (pending, tokio::runtime::Handle::try_current()) {
-            let store = Arc::clone(&self.store);
-            let claim = self.claim.clone();
-            handle.spawn(async move {
-                let _ = store.release(&claim).await;
-            });
-        }
     }
 }

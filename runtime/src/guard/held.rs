@@ -1,0 +1,345 @@
+//! A claim the guard holds, and the store steps that must run to their end
+//! whatever happens to the call that started them.
+//!
+//! Agent frameworks drop tool futures at any `.await`: a timeout around the
+//! tool, a `select!` with another branch, an abandoned prompt. A dropped
+//! future must never leave a claim that nobody owns, nor lose the record of
+//! an action that happened. So, for stores that do I/O:
+//!
+//! - the claim runs on a task of its own, and its answer carries the held
+//!   claim as a [`Held`]: whoever drops it unused, the caller or the task's
+//!   output left unread, releases it;
+//! - the completion runs on a task of its own, so it is recorded even if
+//!   nobody waits for it any more, and it is tried again while the lease
+//!   holds if the store is briefly unreachable;
+//! - the lease is renewed on a task of its own, beside the action, so a
+//!   stalled store never stalls the action.
+//!
+//! Stores that answer at once ([`Store::answers_at_once`]: the memory store)
+//! are called inline: nothing there can be interrupted halfway.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::fingerprint::Fingerprint;
+use crate::key::Key;
+use crate::outcome::ConflictReason;
+use crate::record::{Ending, Finished, Recorded, ToolId};
+use crate::store::{
+    Claim, ClaimRequest, ClaimState, Store, StoreError, StoreFuture, StoreResult, Wait,
+};
+
+/// The first pause before a store step is tried again.
+const RETRY_FIRST: Duration = Duration::from_millis(10);
+
+/// The longest pause between two tries.
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// What a claim found, with a held claim already in the guard's hands.
+pub(crate) enum Answer {
+    /// This call holds the claim and must act.
+    Claimed(Held),
+    /// The action finished earlier.
+    Completed(Finished),
+    /// Another call holds the claim for the same request.
+    InFlight(Wait),
+    /// The key was used for a different request.
+    Conflict {
+        reason: ConflictReason,
+        first: Option<Recorded>,
+    },
+}
+
+/// What the guard asks the store to claim.
+pub(crate) struct Asked<'a> {
+    pub key: &'a Key,
+    pub tool: &'a ToolId,
+    pub fingerprint: Fingerprint,
+    pub lease: Duration,
+    pub retention: Duration,
+}
+
+impl<'a> Asked<'a> {
+    fn request(&self) -> ClaimRequest<'a> {
+        ClaimRequest {
+            key: self.key,
+            tool: self.tool,
+            fingerprint: self.fingerprint,
+            lease: self.lease,
+            retention: self.retention,
+        }
+    }
+}
+
+/// Claims a key. For stores that do I/O the claim runs on a task of its own:
+/// if this future is dropped while the claim is on the wire, the task still
+/// gets the answer, and a claim nobody will use is released at once.
+///
+/// Ready at once for stores that answer at once, so the guard's own future
+/// carries no state for the other path.
+pub(crate) fn claim<'a>(
+    store: &'a Arc<dyn Store>,
+    asked: Asked<'a>,
+) -> StoreFuture<'a, StoreResult<Answer>> {
+    let lease = asked.lease;
+    if store.answers_at_once() {
+        return match store.claim(asked.request()).into_ready() {
+            Ok(state) => StoreFuture::ready(state.map(|state| Answer::new(state, store, lease))),
+            Err(pending) => {
+                StoreFuture::boxed(async move { Ok(Answer::new(pending.await?, store, lease)) })
+            }
+        };
+    }
+    let (key, tool) = (asked.key.clone(), asked.tool.clone());
+    let (fingerprint, retention) = (asked.fingerprint, asked.retention);
+    let store = Arc::clone(store);
+    StoreFuture::boxed(detached(async move {
+        let asked = Asked {
+            key: &key,
+            tool: &tool,
+            fingerprint,
+            lease,
+            retention,
+        };
+        let state = store.claim(asked.request()).await?;
+        Ok(Answer::new(state, &store, lease))
+    }))
+}
+
+impl Answer {
+    fn new(state: ClaimState, store: &Arc<dyn Store>, lease: Duration) -> Answer {
+        match state {
+            ClaimState::Claimed(claim) => Answer::Claimed(Held {
+                store: Arc::clone(store),
+                claim,
+                lease,
+                armed: true,
+                renewal: None,
+            }),
+            ClaimState::Completed(finished) => Answer::Completed(finished),
+            ClaimState::InFlight(wait) => Answer::InFlight(wait),
+            ClaimState::Conflict { reason, first } => Answer::Conflict { reason, first },
+        }
+    }
+}
+
+/// Runs a store step to its end even if the caller stops waiting: on a task
+/// of its own when there is a runtime to spawn it on.
+async fn detached<T: Send + 'static>(
+    step: impl Future<Output = StoreResult<T>> + Send + 'static,
+) -> StoreResult<T> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => runtime
+            .spawn(step)
+            .await
+            .map_err(|e| StoreError::Backend(Box::new(e)))?,
+        Err(_) => step.await,
+    }
+}
+
+/// A held claim. Until it is completed or released, dropping it releases
+/// the claim: an error, a panic or a dropped future in the action leaves no
+/// claim behind.
+pub(crate) struct Held {
+    store: Arc<dyn Store>,
+    claim: Claim,
+    lease: Duration,
+    armed: bool,
+    renewal: Option<Renewal>,
+}
+
+impl Held {
+    /// Whether this claim took over from a holder whose lease ran out.
+    pub(crate) fn taken_over(&self) -> bool {
+        self.claim.taken_over
+    }
+
+    /// Starts renewing the lease beside the action, if the store's leases
+    /// can run out under a live holder.
+    pub(crate) fn renew_while_acting(&mut self) {
+        let Some(every) = self.store.renew_every(self.lease) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let lease_end = Arc::new(LeaseEnd(Mutex::new(Instant::now() + self.lease)));
+        let task = runtime.spawn(renew(
+            Arc::clone(&self.store),
+            self.claim.clone(),
+            every,
+            self.lease,
+            Arc::clone(&lease_end),
+        ));
+        self.renewal = Some(Renewal { task, lease_end });
+    }
+
+    /// Records the finished action. The record is written even if this
+    /// future is dropped, and tried again while the lease holds if the store
+    /// is unreachable. A result the store cannot keep faithfully is recorded
+    /// as an unknown outcome, so that no later call runs the action again.
+    pub(crate) fn complete(mut self, finished: Finished) -> StoreFuture<'static, StoreResult<()>> {
+        // The action happened: from here on the claim is never released.
+        self.armed = false;
+        // Tried again until the lease as it stands now runs out; renewing
+        // stops, so the retries stay bounded by one lease.
+        let lease_end = self.renewal.take().map(|r| r.lease_end.get());
+        let store = Arc::clone(&self.store);
+        let claim = self.claim.clone();
+        if store.answers_at_once() {
+            match store.complete(&claim, finished.clone()).into_ready() {
+                Ok(Err(StoreError::Unavailable(_) | StoreError::Unrecordable(_))) | Err(_) => {}
+                Ok(done) => return StoreFuture::ready(done),
+            }
+        }
+        let lease = self.lease;
+        StoreFuture::boxed(detached(async move {
+            let deadline = lease_end.unwrap_or_else(|| Instant::now() + lease);
+            record(&*store, &claim, finished, deadline).await
+        }))
+    }
+
+    /// Gives the claim up without a record, so that a retry acts again. The
+    /// release runs to its end even if this future is dropped.
+    pub(crate) fn release(mut self) -> StoreFuture<'static, ()> {
+        self.armed = false;
+        self.renewal = None;
+        let store = Arc::clone(&self.store);
+        let claim = self.claim.clone();
+        if store.answers_at_once()
+            && let Ok(Ok(()) | Err(StoreError::LeaseLost)) = store.release(&claim).into_ready()
+        {
+            return StoreFuture::ready(());
+        }
+        let lease = self.lease;
+        StoreFuture::boxed(async move {
+            let _ = detached(async move {
+                release(&*store, &claim, lease).await;
+                Ok(())
+            })
+            .await;
+        })
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.renewal = None;
+        if !self.armed {
+            return;
+        }
+        // The memory store releases synchronously. A store that does I/O
+        // releases on a task of its own; with no runtime left, its lease
+        // frees the claim.
+        if self.store.answers_at_once() {
+            let _ = self.store.release(&self.claim).into_ready();
+        } else if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let store = Arc::clone(&self.store);
+            let claim = self.claim.clone();
+            let lease = self.lease;
+            runtime.spawn(async move { release(&*store, &claim, lease).await });
+        }
+    }
+}
+
+/// Completes a claim, trying again while the store is unreachable, until
+/// `deadline`. A result that cannot be stored faithfully is recorded as an
+/// unknown outcome instead, and the reason returned.
+async fn record(
+    store: &dyn Store,
+    claim: &Claim,
+    finished: Finished,
+    deadline: Instant,
+) -> StoreResult<()> {
+    let recorded = retrying(deadline, || store.complete(claim, finished.clone())).await;
+    if let Err(StoreError::Unrecordable(_)) = &recorded {
+        let unknown = Finished {
+            ending: Ending::Unknown,
+            value: Recorded::from_json("null"),
+            finished_at: finished.finished_at,
+        };
+        // If even this fails, the claim stays held until its lease runs out,
+        // and the takeover policy decides, as after a crash.
+        let _ = retrying(deadline, || store.complete(claim, unknown.clone())).await;
+    }
+    recorded
+}
+
+/// Releases a claim, trying again for up to a lease while the store is
+/// unreachable; after that the lease frees it.
+async fn release(store: &dyn Store, claim: &Claim, lease: Duration) {
+    let _ = retrying(Instant::now() + lease, || store.release(claim)).await;
+}
+
+/// Runs a store step, trying again with backoff while the store is
+/// unavailable and a retry could still start before `deadline`.
+async fn retrying<F, Fut>(deadline: Instant, mut step: F) -> StoreResult<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = StoreResult<()>>,
+{
+    let mut pause = RETRY_FIRST;
+    loop {
+        match step().await {
+            Err(StoreError::Unavailable(cause)) => {
+                if Instant::now() + pause >= deadline {
+                    return Err(StoreError::Unavailable(cause));
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(RETRY_MAX);
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The renewal task of a held claim; stopped when dropped.
+struct Renewal {
+    task: JoinHandle<()>,
+    lease_end: Arc<LeaseEnd>,
+}
+
+impl Drop for Renewal {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// When the lease runs out, as of the last renewal the store accepted.
+struct LeaseEnd(Mutex<Instant>);
+
+impl LeaseEnd {
+    fn get(&self) -> Instant {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set(&self, at: Instant) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = at;
+    }
+}
+
+/// Renews a claim's lease every `every`, on a task of its own beside the
+/// action, until stopped or the lease is lost. A store that is briefly down
+/// is tried again at the next turn.
+async fn renew(
+    store: Arc<dyn Store>,
+    claim: Claim,
+    every: Duration,
+    lease: Duration,
+    lease_end: Arc<LeaseEnd>,
+) {
+    loop {
+        tokio::time::sleep(every).await;
+        let asked_at = Instant::now();
+        match store.extend(&claim, lease).await {
+            Ok(()) => lease_end.set(asked_at + lease),
+            // Nothing left to renew; the completion reports it.
+            Err(StoreError::LeaseLost) => return,
+            Err(_) => {}
+        }
+    }
+}

@@ -1,0 +1,437 @@
+//! The cancellation and store-fault suite every store must pass, written
+//! once: calls dropped at every `.await`, a storm of calls cancelled at
+//! random, a renewal that stalls, completions that fail.
+//!
+//! A store's test file instantiates it with `cancellation_suite!(make())`,
+//! where `make()` is an async expression giving `Option<Arc<dyn Store>>`
+//! (`None` skips, for a server that is not configured outside CI).
+//!
+//! Every follow-up call here has a lease of an hour and a wait far shorter:
+//! a claim left behind by a dropped call would make it fail with
+//! `InProgress`, so none of these cases can pass by waiting a lease out.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use idempotent::{
+    Call, Claim, ClaimRequest, ClaimState, Error, Finished, Key, Outcome, Run, Store, StoreError,
+    StoreFuture, StoreResult, Takeover,
+};
+use tokio::sync::{Barrier, Notify};
+
+use crate::adversarial::{PATIENCE, PayError, Provider, Refund, fresh_run, refund_call};
+
+/// The lease of every call here: far longer than any case may take.
+pub const LONG_LEASE: Duration = Duration::from_secs(3600);
+
+/// How long a follow-up may wait for a call that is really in flight (a
+/// completion or release still on its way); far shorter than a lease.
+pub const FOLLOW_UP_WAIT: Duration = Duration::from_secs(10);
+
+/// Polls a future at most `polls` times, then drops it, as a timeout or a
+/// `select!` would. `None` if it was dropped before it finished.
+pub struct PollLimit<F> {
+    fut: Option<Pin<Box<F>>>,
+    polls: usize,
+}
+
+impl<F: Future> PollLimit<F> {
+    pub fn new(fut: F, polls: usize) -> PollLimit<F> {
+        PollLimit {
+            fut: Some(Box::pin(fut)),
+            polls,
+        }
+    }
+}
+
+impl<F: Future> Future for PollLimit<F> {
+    type Output = Option<F::Output>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if self.polls == 0 {
+            self.fut = None;
+            return Poll::Ready(None);
+        }
+        self.polls -= 1;
+        let Some(fut) = self.fut.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match fut.as_mut().poll(cx) {
+            Poll::Ready(out) => Poll::Ready(Some(out)),
+            Poll::Pending if self.polls == 0 => {
+                // Dropped right here, at the `.await` it was parked on.
+                self.fut = None;
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// A stand-in provider plus a count of actions that ran to their end.
+#[derive(Default)]
+pub struct Counted {
+    pub provider: Provider,
+    ended: AtomicUsize,
+}
+
+impl Counted {
+    /// A refund action with an `.await` before and after the provider call,
+    /// so a drop can land before it acts, after it acts but before it
+    /// returns, or after it returns.
+    pub async fn refund(&self) -> Result<Refund, PayError> {
+        tokio::task::yield_now().await;
+        let refund = self.provider.refund("1182", 42);
+        tokio::task::yield_now().await;
+        self.ended.fetch_add(1, Ordering::SeqCst);
+        Ok(refund)
+    }
+
+    /// How many actions returned their result.
+    pub fn ended(&self) -> usize {
+        self.ended.load(Ordering::SeqCst)
+    }
+}
+
+/// The call every case makes: a refund of 42 on order 1182 with a long lease.
+pub fn call(store: &Arc<dyn Store>, run: &Run) -> Call {
+    refund_call(store, run, "1182", 42).lease(LONG_LEASE)
+}
+
+/// Asks once more after the case, and returns what it got: it must be
+/// answered without waiting out a lease.
+async fn follow_up(store: &Arc<dyn Store>, run: &Run, counted: &Counted) -> Outcome<Refund> {
+    call(store, run)
+        .wait(FOLLOW_UP_WAIT)
+        .run(counted.refund())
+        .await
+        .unwrap_or_else(|e| panic!("the follow-up call must be answered: {e:?}"))
+}
+
+pub async fn a_call_dropped_at_any_await_leaves_no_claim_and_loses_no_result(
+    store: Arc<dyn Store>,
+) {
+    for polls in 0.. {
+        let run = fresh_run();
+        let counted = Counted::default();
+        let first = PollLimit::new(call(&store, &run).run(counted.refund()), polls).await;
+        let acted = counted.ended();
+        let again = follow_up(&store, &run, &counted).await;
+        assert_eq!(
+            counted.ended(),
+            1,
+            "dropped after {polls} polls: an action ran to its end {} times",
+            counted.ended()
+        );
+        match first {
+            Some(first) => {
+                let first = first.expect("the undisturbed call");
+                assert!(first.is_fresh(), "{first:?}");
+                assert!(again.is_replay(), "{again:?}");
+                assert_eq!(first.value(), again.value());
+                return;
+            }
+            // Its action returned before the drop: the result was recorded
+            // all the same, and the follow-up replays it.
+            None if acted == 1 => assert!(
+                again.is_replay(),
+                "dropped after {polls} polls, once its action had returned: {again:?}"
+            ),
+            None => assert!(
+                again.is_fresh(),
+                "dropped after {polls} polls, before its action returned: {again:?}"
+            ),
+        }
+        assert!(polls < 10_000, "the call never finished");
+    }
+}
+
+/// A small random generator, seeded, so a failure can be replayed.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+pub async fn a_storm_of_identical_calls_cancelled_at_random_acts_once(
+    store: Arc<dyn Store>,
+    callers: usize,
+) {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64 | 1)
+        .unwrap_or(1);
+    let mut random = XorShift(seed);
+    let run = fresh_run();
+    let counted = Arc::new(Counted::default());
+    let start = Arc::new(Barrier::new(callers));
+    let mut tasks = Vec::with_capacity(callers);
+    for _ in 0..callers {
+        // Half are never cancelled; the others are dropped after 0 to 15 polls.
+        let polls = match random.next() % 32 {
+            n if n < 16 => usize::MAX,
+            n => (n - 16) as usize,
+        };
+        let (store, run, counted, start) =
+            (store.clone(), run.clone(), counted.clone(), start.clone());
+        tasks.push(tokio::spawn(async move {
+            start.wait().await;
+            let call = call(&store, &run).wait(PATIENCE).run(counted.refund());
+            PollLimit::new(call, polls).await
+        }));
+    }
+    let mut values = Vec::new();
+    let mut fresh = 0;
+    for task in tasks {
+        let Some(outcome) = task.await.expect("task") else {
+            continue;
+        };
+        let outcome =
+            outcome.unwrap_or_else(|e| panic!("a surviving call failed (seed {seed}): {e:?}"));
+        fresh += usize::from(outcome.is_fresh());
+        values.push(outcome.into_value().expect("a value"));
+    }
+    assert!(fresh <= 1, "{fresh} fresh results (seed {seed})");
+    assert!(
+        values.iter().all(|v| *v == values[0]),
+        "survivors saw different results (seed {seed})"
+    );
+    let again = follow_up(&store, &run, &counted).await;
+    assert_eq!(
+        counted.ended(),
+        1,
+        "actions that ran to their end (seed {seed})"
+    );
+    if let Some(first) = values.first() {
+        assert_eq!(again.value(), Some(first), "seed {seed}");
+    }
+}
+
+/// A store with faults put in: renewals that stall until let through (as a
+/// row lock or a busy database stalls them), and completions that fail as
+/// unreachable a number of times.
+pub struct Faulty {
+    inner: Arc<dyn Store>,
+    stall_renewals: bool,
+    pub renewal_entered: Notify,
+    pub let_renewals_through: Notify,
+    failing_completions: AtomicUsize,
+    pub completions: AtomicUsize,
+}
+
+impl Faulty {
+    pub fn new(inner: Arc<dyn Store>) -> Faulty {
+        Faulty {
+            inner,
+            stall_renewals: false,
+            renewal_entered: Notify::new(),
+            let_renewals_through: Notify::new(),
+            failing_completions: AtomicUsize::new(0),
+            completions: AtomicUsize::new(0),
+        }
+    }
+
+    /// Renews every millisecond, and every renewal stalls.
+    pub fn stalling_renewals(mut self) -> Faulty {
+        self.stall_renewals = true;
+        self
+    }
+
+    /// The next `failures` completions fail as unreachable.
+    pub fn failing_completions(self, failures: usize) -> Faulty {
+        self.failing_completions.store(failures, Ordering::SeqCst);
+        self
+    }
+}
+
+impl Store for Faulty {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimState>> {
+        self.inner.claim(req)
+    }
+    fn complete<'a>(
+        &'a self,
+        claim: &'a Claim,
+        finished: Finished,
+    ) -> StoreFuture<'a, StoreResult<()>> {
+        self.completions.fetch_add(1, Ordering::SeqCst);
+        let fail = self
+            .failing_completions
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if fail {
+            return StoreFuture::ready(Err(StoreError::Unavailable("the store is down".into())));
+        }
+        self.inner.complete(claim, finished)
+    }
+    fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
+        self.inner.release(claim)
+    }
+    fn extend<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
+        if !self.stall_renewals {
+            return self.inner.extend(claim, lease);
+        }
+        StoreFuture::boxed(async move {
+            self.renewal_entered.notify_one();
+            self.let_renewals_through.notified().await;
+            self.inner.extend(claim, lease).await
+        })
+    }
+    fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
+        self.inner.purge_expired()
+    }
+    fn forget<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<bool>> {
+        self.inner.forget(key)
+    }
+    fn answers_at_once(&self) -> bool {
+        // Failing completions take the path of stores that do I/O.
+        self.inner.answers_at_once() && self.failing_completions.load(Ordering::SeqCst) == 0
+    }
+    fn renew_every(&self, lease: Duration) -> Option<Duration> {
+        if self.stall_renewals {
+            Some(Duration::from_millis(1))
+        } else {
+            self.inner.renew_every(lease)
+        }
+    }
+}
+
+pub async fn a_stalled_renewal_never_stalls_the_action(store: Arc<dyn Store>) {
+    let stalled = Arc::new(Faulty::new(store).stalling_renewals());
+    let store: Arc<dyn Store> = stalled.clone();
+    let run = fresh_run();
+    let provider = Provider::default();
+    let outcome = tokio::time::timeout(
+        PATIENCE,
+        call(&store, &run).run(async {
+            // Goes on only once a renewal is stuck in the store; the action
+            // must keep running while it is.
+            stalled.renewal_entered.notified().await;
+            for _ in 0..5 {
+                tokio::task::yield_now().await;
+            }
+            Ok::<_, PayError>(provider.refund("1182", 42))
+        }),
+    )
+    .await
+    .expect("the action stalled behind a renewal")
+    .expect("outcome");
+    assert!(outcome.is_fresh());
+    stalled.let_renewals_through.notify_one();
+    assert_eq!(provider.refunds(), 1);
+}
+
+pub async fn a_completion_that_fails_briefly_is_tried_again_and_recorded(store: Arc<dyn Store>) {
+    let failing = Arc::new(Faulty::new(store).failing_completions(3));
+    let store: Arc<dyn Store> = failing.clone();
+    let run = fresh_run();
+    let counted = Counted::default();
+    let first = call(&store, &run)
+        .run(counted.refund())
+        .await
+        .expect("recorded after retries");
+    assert!(first.is_fresh());
+    assert_eq!(failing.completions.load(Ordering::SeqCst), 4);
+    let again = follow_up(&store, &run, &counted).await;
+    assert!(again.is_replay(), "{again:?}");
+    assert_eq!(counted.provider.refunds(), 1);
+}
+
+pub async fn a_completion_that_keeps_failing_says_the_action_ran(store: Arc<dyn Store>) {
+    let store: Arc<dyn Store> = Arc::new(Faulty::new(store).failing_completions(usize::MAX));
+    let run = fresh_run();
+    let counted = Counted::default();
+    let err = call(&store, &run)
+        .lease(Duration::from_millis(300))
+        .run(counted.refund())
+        .await
+        .expect_err("the result cannot be recorded");
+    let err = err.guard().expect("a guard error");
+    assert_eq!(err.action_ran(), Some(true), "{err}");
+    assert!(err.to_string().contains("ran"), "{err}");
+    match err {
+        Error::NotRecorded { result, cause, .. } => {
+            assert!(matches!(cause, StoreError::Unavailable(_)), "{cause:?}");
+            let result = result.as_deref().expect("the result, as JSON");
+            assert!(result.contains("re_1"), "{result}");
+        }
+        other => panic!("expected NotRecorded, got {other:?}"),
+    }
+    assert_eq!(counted.provider.refunds(), 1);
+}
+
+pub async fn an_unrecorded_result_is_not_acted_again_under_report_unknown(store: Arc<dyn Store>) {
+    let failing: Arc<dyn Store> =
+        Arc::new(Faulty::new(store.clone()).failing_completions(usize::MAX));
+    let run = fresh_run();
+    let counted = Counted::default();
+    let lease = Duration::from_millis(300);
+    let err = call(&failing, &run)
+        .lease(lease)
+        .run(counted.refund())
+        .await
+        .expect_err("not recorded");
+    assert_eq!(err.guard().and_then(Error::action_ran), Some(true));
+    // The claim stays held until its lease runs out, then the takeover
+    // policy decides, as after a crash.
+    let retry = call(&store, &run)
+        .lease(lease)
+        .wait(PATIENCE)
+        .takeover(Takeover::ReportUnknown)
+        .run(counted.refund())
+        .await
+        .expect_err("an unknown outcome");
+    assert!(
+        matches!(retry.guard(), Some(Error::UnknownOutcome { .. })),
+        "{retry:?}"
+    );
+    assert_eq!(counted.provider.refunds(), 1, "the action ran again");
+}
+
+/// Instantiates every case above as a test, on a multi-thread runtime.
+#[macro_export]
+macro_rules! cancellation_suite {
+    ($make:expr) => {
+        $crate::cancellation_suite!($make, durable = true);
+    };
+    ($make:expr, durable = true) => {
+        $crate::cancellation_suite!(@cases $make,
+            a_call_dropped_at_any_await_leaves_no_claim_and_loses_no_result,
+            a_stalled_renewal_never_stalls_the_action,
+            a_completion_that_fails_briefly_is_tried_again_and_recorded,
+            a_completion_that_keeps_failing_says_the_action_ran,
+            an_unrecorded_result_is_not_acted_again_under_report_unknown,
+        );
+    };
+    ($make:expr, durable = false) => {
+        $crate::cancellation_suite!(@cases $make,
+            a_call_dropped_at_any_await_leaves_no_claim_and_loses_no_result,
+            a_stalled_renewal_never_stalls_the_action,
+            a_completion_that_fails_briefly_is_tried_again_and_recorded,
+            a_completion_that_keeps_failing_says_the_action_ran,
+        );
+    };
+    (@cases $make:expr, $($case:ident),* $(,)?) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn a_storm_of_identical_calls_cancelled_at_random_acts_once() {
+            let Some(store) = $make.await else { return };
+            cancellation::a_storm_of_identical_calls_cancelled_at_random_acts_once(store, 1000)
+                .await;
+        }
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let Some(store) = $make.await else { return };
+                cancellation::$case(store).await;
+            }
+        )*
+    };
+}
