@@ -115,12 +115,30 @@ async fn follow_up(store: &Arc<dyn Store>, run: &Run, counted: &Counted) -> Outc
 pub async fn a_call_dropped_at_any_await_leaves_no_claim_and_loses_no_result(
     store: Arc<dyn Store>,
 ) {
+    dropped_at_every_await(store, Takeover::Rerun).await;
+}
+
+/// Under `ReportUnknown` a claim left behind would be taken over and
+/// reported as an unknown outcome, though its action never ran.
+pub async fn a_call_dropped_before_acting_is_never_reported_as_an_unknown_outcome(
+    store: Arc<dyn Store>,
+) {
+    dropped_at_every_await(store, Takeover::ReportUnknown).await;
+}
+
+async fn dropped_at_every_await(store: Arc<dyn Store>, takeover: Takeover) {
     for polls in 0.. {
         let run = fresh_run();
         let counted = Counted::default();
-        let first = PollLimit::new(call(&store, &run).run(counted.refund()), polls).await;
+        let first = call(&store, &run).takeover(takeover).run(counted.refund());
+        let first = PollLimit::new(first, polls).await;
         let acted = counted.ended();
-        let again = follow_up(&store, &run, &counted).await;
+        let again = call(&store, &run)
+            .takeover(takeover)
+            .wait(FOLLOW_UP_WAIT)
+            .run(counted.refund())
+            .await
+            .unwrap_or_else(|e| panic!("dropped after {polls} polls, the follow-up failed: {e:?}"));
         assert_eq!(
             counted.ended(),
             1,
@@ -405,6 +423,7 @@ macro_rules! cancellation_suite {
     ($make:expr, durable = true) => {
         $crate::cancellation_suite!(@cases $make,
             a_call_dropped_at_any_await_leaves_no_claim_and_loses_no_result,
+            a_call_dropped_before_acting_is_never_reported_as_an_unknown_outcome,
             a_stalled_renewal_never_stalls_the_action,
             a_completion_that_fails_briefly_is_tried_again_and_recorded,
             a_completion_that_keeps_failing_says_the_action_ran,
@@ -414,6 +433,7 @@ macro_rules! cancellation_suite {
     ($make:expr, durable = false) => {
         $crate::cancellation_suite!(@cases $make,
             a_call_dropped_at_any_await_leaves_no_claim_and_loses_no_result,
+            a_call_dropped_before_acting_is_never_reported_as_an_unknown_outcome,
             a_stalled_renewal_never_stalls_the_action,
             a_completion_that_fails_briefly_is_tried_again_and_recorded,
             a_completion_that_keeps_failing_says_the_action_ran,
