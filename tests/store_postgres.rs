@@ -3,14 +3,15 @@
 //! COMMITTED allows, LISTEN/NOTIFY, a server that is down, and several OS
 //! processes.
 //!
-//! The server's address comes from `IDEMPOTENT_POSTGRES_URL`. Without it the
-//! tests say they were skipped, except in CI, where they fail. Every store
-//! gets a schema of its own, dropped afterwards.
-#![cfg(feature = "postgres")]
+//! The server's address comes from `IDEMPOTENT_POSTGRES_URL`. Without it
+//! every case is reported as ignored ("needs IDEMPOTENT_POSTGRES_URL"),
+//! except in CI, where it fails. Every store gets a schema of its own,
+//! dropped afterwards.
 
 mod adversarial;
 mod cancellation;
 mod durable;
+mod harness;
 mod multiprocess;
 
 use std::net::SocketAddr;
@@ -30,18 +31,10 @@ use tokio::net::{TcpListener, TcpStream};
 
 const URL: &str = "IDEMPOTENT_POSTGRES_URL";
 
-/// The server's URL, or `None` (after saying so) outside CI.
+/// The server's URL. The harness runs a case that needs it only when it is
+/// set (see `harness::trial`).
 fn url() -> Option<String> {
-    match std::env::var(URL) {
-        Ok(url) => Some(url),
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("{URL} must be set in CI: the Postgres store is tested against a real server")
-        }
-        Err(_) => {
-            println!("skipped: {URL} is not set");
-            None
-        }
-    }
+    std::env::var(URL).ok()
 }
 
 fn unique_schema() -> String {
@@ -152,10 +145,6 @@ async fn postgres() -> Option<Arc<dyn Store>> {
     Some(store)
 }
 
-adversarial_suite!(postgres(), callers = 200);
-cancellation_suite!(postgres());
-durable_suite!(in_schema);
-
 /// A TCP proxy in front of the server that counts round trips: every
 /// `Sync` (extended protocol) and `Query` (simple protocol) message a client
 /// sends ends one.
@@ -248,7 +237,6 @@ fn upstream(config: &Config) -> SocketAddr {
     format!("{host}:{port}").parse().expect("a TCP address")
 }
 
-#[tokio::test(flavor = "multi_thread")]
 async fn a_claim_a_completion_a_replay_and_a_wait_take_one_round_trip_each() {
     let Some(schema) = Schema::new().await else {
         return;
@@ -353,7 +341,6 @@ async fn a_claim_a_completion_a_replay_and_a_wait_take_one_round_trip_each() {
     assert_eq!(measure("a conflict", before), 1);
 }
 
-#[tokio::test(flavor = "multi_thread")]
 async fn measured_latency_of_a_guarded_call_on_the_local_server() {
     let Some(store) = in_schema(None).await else {
         return;
@@ -361,7 +348,6 @@ async fn measured_latency_of_a_guarded_call_on_the_local_server() {
     durable::measure_latency_of_a_guarded_call(store).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
 async fn racing_claims_from_many_connections_check_tool_and_arguments_on_every_path() {
     let Some(schema) = Schema::new().await else {
         return;
@@ -439,7 +425,6 @@ async fn racing_claims_from_many_connections_check_tool_and_arguments_on_every_p
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
 async fn a_waiter_on_another_connection_is_woken_by_notify_not_by_polling() {
     let Some(schema) = Schema::new().await else {
         return;
@@ -466,7 +451,6 @@ async fn a_waiter_on_another_connection_is_woken_by_notify_not_by_polling() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
 async fn a_waiter_outlives_its_listening_connection_being_killed() {
     let Some(schema) = Schema::new().await else {
         return;
@@ -513,7 +497,6 @@ async fn a_waiter_outlives_its_listening_connection_being_killed() {
     ));
 }
 
-#[tokio::test(flavor = "multi_thread")]
 async fn a_store_on_an_applications_pool_without_a_listener_polls_and_still_replays() {
     let Some(schema) = Schema::new().await else {
         return;
@@ -550,7 +533,6 @@ async fn a_store_on_an_applications_pool_without_a_listener_polls_and_still_repl
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
 async fn a_server_that_is_down_is_unavailable_and_nothing_runs() {
     // Port 1 on the loopback: nothing listens there.
     let down = "postgres://postgres@127.0.0.1:1/test";
@@ -564,7 +546,6 @@ async fn a_server_that_is_down_is_unavailable_and_nothing_runs() {
     durable::refused_as_unavailable(&store, &fresh_run(), &provider).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
 async fn a_missing_schema_says_to_migrate_and_nothing_runs() {
     let Some(schema) = Schema::new().await else {
         return;
@@ -584,7 +565,6 @@ async fn a_missing_schema_says_to_migrate_and_nothing_runs() {
     assert_eq!(provider.refunds(), 0);
 }
 
-#[tokio::test(flavor = "multi_thread")]
 async fn migrating_from_several_processes_at_once_succeeds() {
     let Some(schema) = Schema::new().await else {
         return;
@@ -600,7 +580,6 @@ async fn migrating_from_several_processes_at_once_succeeds() {
     schema.store().await.migrate().await.expect("and again");
 }
 
-#[test]
 fn the_schema_a_dba_applies_by_hand_is_the_one_migrate_applies() {
     let schema = idempotent::store::postgres::POSTGRES_SCHEMA;
     assert!(schema.contains("CREATE TABLE IF NOT EXISTS idempotent_claims"));
@@ -610,13 +589,9 @@ fn the_schema_a_dba_applies_by_hand_is_the_one_migrate_applies() {
 
 // Several processes on one database.
 
-/// Not a test of its own: the entry point of the child processes that the
-/// tests below start. In a normal run it returns at once.
-#[test]
-fn child_process() {
-    let Some(role) = multiprocess::role() else {
-        return;
-    };
+/// The entry point of the child processes that the multi-process cases
+/// start: this test binary again, with a role to play.
+fn child_process(role: &str) {
     let url = std::env::var(URL).expect("the server's URL");
     let schema = std::env::var(SCHEMA).expect("the schema");
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -626,7 +601,7 @@ fn child_process() {
     runtime.block_on(async {
         let store = PostgresStore::from_config(config_in(&url, &schema)).expect("store");
         assert!(store.listening().await, "the child listens for completions");
-        multiprocess::play(&role, Arc::new(store)).await;
+        multiprocess::play(role, Arc::new(store)).await;
     });
 }
 
@@ -678,7 +653,6 @@ impl InSchemaScene {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
 async fn six_processes_refunding_the_same_order_at_once_refund_it_once() {
     let Some(scene) = InSchemaScene::new().await else {
         return;
@@ -688,7 +662,6 @@ async fn six_processes_refunding_the_same_order_at_once_refund_it_once() {
         .await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
 async fn a_holder_killed_mid_action_is_taken_over_once_after_its_lease() {
     let Some(scene) = InSchemaScene::new().await else {
         return;
@@ -703,7 +676,6 @@ async fn a_holder_killed_mid_action_is_taken_over_once_after_its_lease() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
 async fn after_a_crash_the_report_unknown_policy_runs_nothing_and_says_so() {
     let Some(scene) = InSchemaScene::new().await else {
         return;
@@ -713,7 +685,6 @@ async fn after_a_crash_the_report_unknown_policy_runs_nothing_and_says_so() {
         .await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
 async fn a_stale_holder_paused_past_its_lease_cannot_overwrite_the_result() {
     let Some(scene) = InSchemaScene::new().await else {
         return;
@@ -747,7 +718,6 @@ fn assert_each_cause_once(messages: &[String]) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
 async fn a_server_error_names_the_statement_its_sqlstate_and_the_servers_message() {
     let Some(schema) = Schema::new().await else {
         return;
@@ -782,7 +752,6 @@ async fn a_server_error_names_the_statement_its_sqlstate_and_the_servers_message
     assert_each_cause_once(&messages);
 }
 
-#[tokio::test(flavor = "multi_thread")]
 async fn an_unreachable_server_prints_each_cause_once() {
     let down = "postgres://postgres@127.0.0.1:1/test";
     let store: Arc<dyn Store> = Arc::new(PostgresStore::connect_lazy(down).expect("a lazy store"));
@@ -794,4 +763,41 @@ async fn an_unreachable_server_prints_each_cause_once() {
     let messages = chain(err.guard().expect("a guard error"));
     assert!(messages.len() >= 3, "{messages:?}");
     assert_each_cause_once(&messages);
+}
+
+fn main() {
+    if let Some(role) = multiprocess::role() {
+        child_process(&role);
+        std::process::exit(0);
+    }
+    let mut trials = vec![harness::Trial::test(
+        "the_schema_a_dba_applies_by_hand_is_the_one_migrate_applies",
+        || {
+            the_schema_a_dba_applies_by_hand_is_the_one_migrate_applies();
+            Ok(())
+        },
+    )];
+    trials.extend(adversarial_suite!(trials URL, postgres(), callers = 200));
+    trials.extend(cancellation_suite!(trials URL, postgres()));
+    trials.extend(durable_suite!(trials URL, in_schema));
+    trials.extend(trials!(URL;
+        a_claim_a_completion_a_replay_and_a_wait_take_one_round_trip_each,
+        measured_latency_of_a_guarded_call_on_the_local_server,
+        racing_claims_from_many_connections_check_tool_and_arguments_on_every_path,
+        a_waiter_on_another_connection_is_woken_by_notify_not_by_polling,
+        a_waiter_outlives_its_listening_connection_being_killed,
+        a_store_on_an_applications_pool_without_a_listener_polls_and_still_replays,
+        a_missing_schema_says_to_migrate_and_nothing_runs,
+        migrating_from_several_processes_at_once_succeeds,
+        six_processes_refunding_the_same_order_at_once_refund_it_once,
+        a_holder_killed_mid_action_is_taken_over_once_after_its_lease,
+        after_a_crash_the_report_unknown_policy_runs_nothing_and_says_so,
+        a_stale_holder_paused_past_its_lease_cannot_overwrite_the_result,
+        a_server_error_names_the_statement_its_sqlstate_and_the_servers_message,
+    ));
+    trials.extend(trials!(always;
+        a_server_that_is_down_is_unavailable_and_nothing_runs,
+        an_unreachable_server_prints_each_cause_once,
+    ));
+    harness::main(trials);
 }

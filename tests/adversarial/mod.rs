@@ -622,7 +622,14 @@ macro_rules! adversarial_suite {
         $crate::adversarial_suite!($make, callers = 1000);
     };
     ($make:expr, callers = $callers:expr) => {
-        $crate::adversarial_suite!(@cases $make, $callers,
+        $crate::adversarial_suite!(@list tests, $make, $callers);
+    };
+    // An expression: every case as a trial that needs `$needs` set.
+    (trials $needs:expr, $make:expr, callers = $callers:expr) => {
+        $crate::adversarial_suite!(@list trials $needs, $make, $callers)
+    };
+    (@list $($how:tt)*) => {
+        $crate::adversarial_suite!{@cases $($how)*,
             distinct_keys_run_in_parallel,
             a_repeat_after_completion_replays_the_first_result,
             a_replay_returns_the_recorded_value_exactly,
@@ -640,9 +647,21 @@ macro_rules! adversarial_suite {
             a_record_past_its_retention_is_acted_again,
             a_purge_never_removes_a_held_claim,
             the_action_sees_its_own_key,
-        );
+        }
     };
-    (@cases $make:expr, $callers:expr, $($case:ident),* $(,)?) => {
+    (@cases trials $needs:expr, $make:expr, $callers:expr, $($case:ident),* $(,)?) => {
+        vec![
+            $crate::harness::trial("concurrent_identical_calls_act_once", $needs, || async {
+                let store = $make.await.expect("a store");
+                adversarial::concurrent_identical_calls_act_once(store, $callers).await;
+            }),
+            $($crate::harness::trial(stringify!($case), $needs, || async {
+                let store = $make.await.expect("a store");
+                adversarial::$case(store).await;
+            }),)*
+        ]
+    };
+    (@cases tests, $make:expr, $callers:expr, $($case:ident),* $(,)?) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn concurrent_identical_calls_act_once() {
             let Some(store) = $make.await else { return };

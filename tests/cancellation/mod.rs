@@ -418,28 +418,48 @@ pub async fn an_unrecorded_result_is_not_acted_again_under_report_unknown(store:
 #[macro_export]
 macro_rules! cancellation_suite {
     ($make:expr) => {
-        $crate::cancellation_suite!($make, durable = true);
-    };
-    ($make:expr, durable = true) => {
-        $crate::cancellation_suite!(@cases $make,
-            a_call_dropped_at_any_await_leaves_no_claim_and_loses_no_result,
-            a_call_dropped_before_acting_is_never_reported_as_an_unknown_outcome,
-            a_stalled_renewal_never_stalls_the_action,
-            a_completion_that_fails_briefly_is_tried_again_and_recorded,
-            a_completion_that_keeps_failing_says_the_action_ran,
+        $crate::cancellation_suite!(@list tests, $make, [
             an_unrecorded_result_is_not_acted_again_under_report_unknown,
-        );
+        ]);
     };
+    // Leaves out what needs a lease that runs out.
     ($make:expr, durable = false) => {
-        $crate::cancellation_suite!(@cases $make,
+        $crate::cancellation_suite!(@list tests, $make, []);
+    };
+    // An expression: every case as a trial that needs `$needs` set.
+    (trials $needs:expr, $make:expr) => {
+        $crate::cancellation_suite!(@list trials $needs, $make, [
+            an_unrecorded_result_is_not_acted_again_under_report_unknown,
+        ])
+    };
+    (@list $how:ident $($needs:expr)?, $make:expr, [$($durable:ident,)*]) => {
+        $crate::cancellation_suite!{@cases $how $($needs)?, $make,
             a_call_dropped_at_any_await_leaves_no_claim_and_loses_no_result,
             a_call_dropped_before_acting_is_never_reported_as_an_unknown_outcome,
             a_stalled_renewal_never_stalls_the_action,
             a_completion_that_fails_briefly_is_tried_again_and_recorded,
             a_completion_that_keeps_failing_says_the_action_ran,
-        );
+            $($durable,)*
+        }
     };
-    (@cases $make:expr, $($case:ident),* $(,)?) => {
+    (@cases trials $needs:expr, $make:expr, $($case:ident),* $(,)?) => {
+        vec![
+            $crate::harness::trial(
+                "a_storm_of_identical_calls_cancelled_at_random_acts_once",
+                $needs,
+                || async {
+                    let store = $make.await.expect("a store");
+                    cancellation::a_storm_of_identical_calls_cancelled_at_random_acts_once(store, 1000)
+                        .await;
+                },
+            ),
+            $($crate::harness::trial(stringify!($case), $needs, || async {
+                let store = $make.await.expect("a store");
+                cancellation::$case(store).await;
+            }),)*
+        ]
+    };
+    (@cases tests, $make:expr, $($case:ident),* $(,)?) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn a_storm_of_identical_calls_cancelled_at_random_acts_once() {
             let Some(store) = $make.await else { return };

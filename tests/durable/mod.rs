@@ -537,7 +537,14 @@ pub async fn a_result_that_cannot_be_stored_faithfully_is_refused_before_any_rep
 #[macro_export]
 macro_rules! durable_suite {
     ($make:path) => {
-        $crate::durable_suite!(@cases $make,
+        $crate::durable_suite!(@list tests, $make);
+    };
+    // An expression: every case as a trial that needs `$needs` set.
+    (trials $needs:expr, $make:path) => {
+        $crate::durable_suite!(@list trials $needs, $make)
+    };
+    (@list $($how:tt)*) => {
+        $crate::durable_suite!{@cases $($how)*,
             a_fresh_claim_a_completion_and_a_replay_take_one_statement_each,
             a_claim_past_its_lease_is_taken_over_with_a_higher_fence_and_the_stale_holder_changes_nothing,
             a_lease_that_ran_out_is_not_taken_over_by_other_arguments,
@@ -549,9 +556,25 @@ macro_rules! durable_suite {
             purging_while_expired_keys_are_claimed_again_never_acts_twice,
             forgetting_removes_a_finished_record_but_never_a_held_claim,
             a_result_that_cannot_be_stored_faithfully_is_refused_before_any_replay,
-        );
+        }
     };
-    (@cases $make:path, $($case:ident),* $(,)?) => {
+    (@cases trials $needs:expr, $make:path, $($case:ident),* $(,)?) => {
+        vec![
+            $crate::harness::trial(
+                "a_purge_deletes_expired_records_in_batches_and_keeps_held_claims_and_live_records",
+                $needs,
+                || async {
+                    let store = $make(Some(durable::PURGE_BATCH)).await.expect("a store");
+                    durable::a_purge_deletes_expired_records_in_batches_and_keeps_held_claims_and_live_records(store).await;
+                },
+            ),
+            $($crate::harness::trial(stringify!($case), $needs, || async {
+                let store = $make(None).await.expect("a store");
+                durable::$case(store).await;
+            }),)*
+        ]
+    };
+    (@cases tests, $make:path, $($case:ident),* $(,)?) => {
         #[tokio::test(flavor = "multi_thread")]
         async fn a_purge_deletes_expired_records_in_batches_and_keeps_held_claims_and_live_records() {
             let Some(store) = $make(Some(durable::PURGE_BATCH)).await else { return };
