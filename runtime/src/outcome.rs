@@ -33,8 +33,13 @@ pub const OTHER_TOOL_NOTE: &str =
 /// );
 /// # Ok::<(), serde_json::Error>(())
 /// ```
+///
+/// With the `rmcp` feature it has a JSON schema, so an MCP server can
+/// declare it as a tool's structured output.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "rmcp", derive(schemars::JsonSchema))]
 #[serde(tag = "status", rename_all = "snake_case")]
+#[must_use = "an outcome says whether the action ran now, ran before, or conflicts; hand it to the model or check it"]
 pub enum Outcome<T> {
     /// The action ran now, and this is its result.
     Fresh {
@@ -64,6 +69,7 @@ pub enum Outcome<T> {
 
 /// Why a key's earlier use conflicts with this call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "rmcp", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ConflictReason {
@@ -157,5 +163,18 @@ impl<T> ToolOutput for Outcome<T> {
     type Value = T;
     fn from_outcome(outcome: Outcome<T>) -> Self {
         outcome
+    }
+}
+
+#[cfg(all(test, feature = "rmcp"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outcome_has_a_schema_with_its_status_and_note() {
+        let schema = serde_json::to_string(&schemars::schema_for!(Outcome<u64>)).expect("json");
+        for part in ["status", "fresh", "replay", "conflict", "note", "first", "reason"] {
+            assert!(schema.contains(part), "{part} missing from {schema}");
+        }
     }
 }
