@@ -49,6 +49,7 @@
 //! # Ok(()) }
 //! ```
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use idempotent_runtime::*;
 

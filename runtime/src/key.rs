@@ -439,7 +439,7 @@ impl KeyBuilder {
         Ok(self)
     }
 
-    /// Appends the run in scope (see [`crate::run::scope`]).
+    /// Appends the run in scope (see [`Run::scope`](crate::Run::scope)).
     ///
     /// Fails with [`Error::MissingRun`] outside a run scope: a key without
     /// its run would merge the same action from different runs.

@@ -5,6 +5,7 @@
 //! this crate is what that attribute expands into, and it works by hand too
 //! (see [`Call`]).
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
 mod error;
