@@ -39,32 +39,64 @@ pub async fn table() -> Result<Table, idempotent::Error> {
 
     // 1. What most tools look like: no key, or the tool call id as the key.
     let row = attempt(&together, twice_in_one_step(), no_key).await;
-    table.push("no key", &row);
+    table.push(
+        "no key",
+        "two refunds: nothing tells the provider the second call is a repeat",
+        &row,
+    );
     let row = attempt(&together, twice_in_one_step(), key_is_call_id).await;
-    table.push("key = tool call id", &row);
+    table.push(
+        "key = tool call id",
+        "two refunds: every call gets a new id, so every call is a new request",
+        &row,
+    );
 
     // 2. A key that names the action: this refund, on this order, in this run.
     let row = attempt(&together, twice_in_one_step(), key_is_run_and_order).await;
-    table.push("key = run + order", &row);
+    table.push(
+        "key = run + order",
+        "one, but only because this provider dedupes keys; the model is not told it was a repeat",
+        &row,
+    );
 
     // 3. A check in the tool instead of a key: both calls pass it before either writes.
     let row = attempt(&together, twice_in_one_step(), check_then_act).await;
-    table.push("check, then act", &row);
+    table.push(
+        "check, then act",
+        "two refunds: both calls check before either writes",
+        &row,
+    );
 
     // 4. The same check, but the order is claimed before the provider is called.
     let row = attempt(&together, twice_in_one_step(), claim_then_act).await;
-    table.push("claim first, then act", &row);
+    table.push(
+        "claim first, then act",
+        "one, in one process only; and a claim never cleared blocks the retry after a real failure",
+        &row,
+    );
 
     // 5. The plain check again, with the tool calls run one at a time.
     let row = attempt(&one_at_a_time, twice_in_one_step(), check_then_act).await;
-    table.push("one at a time, check, then act", &row);
+    table.push(
+        "one at a time, check, then act",
+        "one only because the calls were serialized; a later step or a second worker refunds again",
+        &row,
+    );
 
     // 6. `#[idempotent]`, in the three cases worth a test.
     let row = attempt(&together, twice_in_one_step(), guarded).await;
-    table.push("#[idempotent]: two identical calls in one step", &row);
+    table.push(
+        "#[idempotent]: two identical calls in one step",
+        "one: the second call waits for the first and replays its refund",
+        &row,
+    );
 
     let row = attempt(&together, once_in_each_of_two_steps(), guarded).await;
-    table.push("#[idempotent]: the same call in two steps", &row);
+    table.push(
+        "#[idempotent]: the same call in two steps",
+        "one: the later step gets the recorded refund and a note",
+        &row,
+    );
     table.replay = row
         .transcript
         .result("call_b")
@@ -74,11 +106,19 @@ pub async fn table() -> Result<Table, idempotent::Error> {
     let shop = Shop::default();
     shop.provider.lose_next_reply();
     let row = attempt_in(shop, &together, once_then_again_if_it_failed(), guarded).await;
-    table.push("#[idempotent]: fails after the refund, retried", &row);
+    table.push(
+        "#[idempotent]: fails after the refund, retried",
+        "one: the retry acts again under the same key, which the provider dedupes",
+        &row,
+    );
 
     // 7. Another amount on the same order is not a repeat: it is refused, and the model told why.
     let row = attempt(&together, forty_two_then_forty_one(), guarded).await;
-    table.push("#[idempotent]: $42, then $41 on the same order", &row);
+    table.push(
+        "#[idempotent]: $42, then $41 on the same order",
+        "one: other arguments under one key are refused, and the model is told why",
+        &row,
+    );
     table.conflict = row
         .transcript
         .result("call_b")
@@ -327,6 +367,8 @@ where
 /// One line of the table.
 pub struct Row {
     pub version: &'static str,
+    /// What went wrong, or why the count is right.
+    pub verdict: &'static str,
     /// Refunds the provider made: the number that matters.
     pub refunds_on_file: usize,
     /// Calls that reached the provider, repeats included.
@@ -345,7 +387,7 @@ pub struct Table {
 }
 
 impl Table {
-    fn push(&mut self, version: &'static str, attempt: &Attempt) {
+    fn push(&mut self, version: &'static str, verdict: &'static str, attempt: &Attempt) {
         let steps = attempt.transcript.steps().iter().map(|step| {
             let calls: Vec<String> = step
                 .iter()
@@ -355,6 +397,7 @@ impl Table {
         });
         self.rows.push(Row {
             version,
+            verdict,
             refunds_on_file: attempt.refunds_on_file,
             calls_received: attempt.calls_received,
             model_got: steps.collect::<Vec<_>>().join(" / "),
@@ -403,6 +446,7 @@ impl fmt::Display for Table {
         for row in &self.rows {
             let Row {
                 version,
+                verdict,
                 refunds_on_file,
                 calls_received,
                 model_got,
@@ -411,7 +455,15 @@ impl fmt::Display for Table {
                 f,
                 "{version:<47} {refunds_on_file:>17} {calls_received:>16}   {model_got}"
             )?;
+            writeln!(f, "    {verdict}")?;
         }
+        writeln!(
+            f,
+            "\n\"refunds on file\" is what the provider kept: what the customer sees. \"calls received\" is\n\
+             how many refund requests reached it. A provider that honours keys answers a repeat with\n\
+             the first refund, so 1 on file after 2 calls means the provider saved the day; 1 after 1\n\
+             means the tool stopped the repeat itself."
+        )?;
         let pretty = |value: &Option<serde_json::Value>| {
             value
                 .as_ref()

@@ -340,3 +340,30 @@ async fn check_then_act_refunds_twice_in_spawned_tasks_once_both_checks_pass() {
         .expect("both calls reached the check");
     assert_eq!(provider.refunds_on_file(), 2);
 }
+
+#[tokio::test]
+async fn every_row_says_what_went_wrong_or_why_its_count_is_right() {
+    let table = table().await;
+    for row in &table.rows {
+        assert!(
+            !row.verdict.is_empty(),
+            "row `{}` has no verdict",
+            row.version
+        );
+        let printed = table.to_string();
+        assert!(
+            printed.contains(row.verdict),
+            "verdict of `{}` not printed",
+            row.version
+        );
+    }
+    // The rows that show one refund without the attribute say why it is not enough.
+    for version in [
+        "key = run + order",
+        "claim first, then act",
+        "one at a time, check, then act",
+    ] {
+        let verdict = row(version).await.verdict;
+        assert!(verdict.contains("only"), "`{version}`: {verdict}");
+    }
+}

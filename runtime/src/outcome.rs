@@ -173,7 +173,9 @@ mod tests {
     #[test]
     fn an_outcome_has_a_schema_with_its_status_and_note() {
         let schema = serde_json::to_string(&schemars::schema_for!(Outcome<u64>)).expect("json");
-        for part in ["status", "fresh", "replay", "conflict", "note", "first", "reason"] {
+        for part in [
+            "status", "fresh", "replay", "conflict", "note", "first", "reason",
+        ] {
             assert!(schema.contains(part), "{part} missing from {schema}");
         }
     }
