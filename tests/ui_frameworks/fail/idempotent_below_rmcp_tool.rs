@@ -23,6 +23,8 @@ impl rmcp::model::IntoContents for ShopError {
 
 struct Shop;
 
+impl idempotent::rmcp::ResolvesRuns for Shop {}
+
 #[tool_router]
 impl Shop {
     #[tool(description = "Refund an order", annotations(idempotent_hint = true))]
