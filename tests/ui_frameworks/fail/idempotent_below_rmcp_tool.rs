@@ -23,8 +23,6 @@ impl rmcp::model::IntoContents for ShopError {
 
 struct Shop;
 
-impl idempotent::rmcp::ResolvesRuns for Shop {}
-
 #[tool_router]
 impl Shop {
     #[tool(description = "Refund an order", annotations(idempotent_hint = true))]
@@ -37,5 +35,7 @@ impl Shop {
         Ok(args.usd)
     }
 }
+
+impl idempotent::rmcp::ResolvesRuns for Shop {}
 
 fn main() {}
