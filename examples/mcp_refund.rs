@@ -1,5 +1,7 @@
 //! `#[idempotent]` in an MCP server built with rmcp 3.11, called by a real
-//! rmcp client over an in-memory pipe.
+//! rmcp client over an in-memory pipe. The client, like most, sends no run:
+//! the connection is the run. (`mcp_server` serves the same tool to a real
+//! MCP client over stdio or streamable HTTP.)
 //!
 //! The client sends two `tools/call` requests for the same refund at the
 //! same time, and the provider loses its reply to the first one to reach it.
@@ -10,7 +12,7 @@
 //! cargo run --example mcp_refund
 //! ```
 
-use idempotent::rmcp::{STATUS_META_KEY, with_run};
+use idempotent::rmcp::{ResolvesRuns, STATUS_META_KEY};
 use idempotent::testing::{Provider, ProviderError, Refund};
 use idempotent::{FreeText, Outcome, Run, idempotent};
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -66,9 +68,11 @@ impl Shop {
         }
     }
 
-    /// `#[idempotent]` goes above `#[tool]`. The run comes with each request:
-    /// `run: Run` reads `_meta["idempotent/run"]`, since rmcp runs each
-    /// request on its own task, where no run scope reaches.
+    /// `#[idempotent]` goes above `#[tool]`. The run comes with each request,
+    /// since rmcp runs each request on its own task, where no run scope
+    /// reaches: `run: Run` resolves it from `_meta["idempotent/run"]`, a run
+    /// the application set, the caller's principal, its session or
+    /// connection, else a server-wide run.
     #[idempotent(key = "<run>:refund:<args.order_id>")]
     #[tool(description = "Refund an order", annotations(idempotent_hint = true))]
     async fn refund_order(
@@ -86,6 +90,9 @@ impl Shop {
     }
 }
 
+/// The default order for resolving the run of `run: Run`.
+impl ResolvesRuns for Shop {}
+
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for Shop {
     fn get_info(&self) -> ServerConfig {
@@ -101,14 +108,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (server, client) = tokio::join!(server, ().serve(client_io));
     let (server, client) = (server?, client?);
 
-    let run = Run::new("run-1")?;
     let refund = |reason: &str| {
         let args = json!({ "order_id": "1182", "usd": 42, "reason": reason });
         let args = args.as_object().cloned().unwrap_or_default();
-        with_run(
-            CallToolRequestParams::new("refund_order").with_arguments(args),
-            &run,
-        )
+        CallToolRequestParams::new("refund_order").with_arguments(args)
     };
 
     println!("MCP: two concurrent calls refund order 1182; the provider loses its first reply.\n");

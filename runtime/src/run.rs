@@ -45,6 +45,20 @@ impl Run {
         Ok(Run(Arc::from(id)))
     }
 
+    /// A run named `<prefix>/<id>`. The prefix is never empty, so neither is
+    /// the run: for runs an adapter derives from what a request proves
+    /// (a session, a principal), kept apart from runs a client names.
+    #[cfg(feature = "rmcp")]
+    pub(crate) fn prefixed(prefix: &'static str, id: &str) -> Run {
+        Run(Arc::from(format!("{prefix}/{id}")))
+    }
+
+    /// A run named by a constant of the crate's, which is never empty.
+    #[cfg(feature = "rmcp")]
+    pub(crate) fn constant(id: &'static str) -> Run {
+        Run(Arc::from(id))
+    }
+
     /// The run's text.
     pub fn as_str(&self) -> &str {
         &self.0

@@ -1,4 +1,4 @@
-//! What the rig and rmcp tests share: the tools' error and the key they hand
+//! What the rig tests share: the tools' error and the key they hand
 //! to the test kit's stand-in provider.
 
 use idempotent::testing::ProviderError;

@@ -36,4 +36,6 @@ impl Shop {
     }
 }
 
+impl idempotent::rmcp::ResolvesRuns for Shop {}
+
 fn main() {}

@@ -1,0 +1,78 @@
+//! rmcp (the Rust MCP SDK, 3.11): the run of a request, outcomes as tool
+//! results, and errors the client can read.
+//!
+//! rmcp runs each `tools/call` request on a task of its own, so a
+//! [`Run::scope`] entered around the server never reaches a tool. A tool
+//! method takes `run: Run` instead, and `<run>` in its key reads it. The run
+//! is resolved from the request by [`run_of`], the first of these that the
+//! server's [`RunPolicy`] allows and the request carries:
+//!
+//! 1. [`RunSource::Meta`]: `_meta["idempotent/run"]`, from clients that name
+//!    their agent run ([`with_run`] for rmcp clients);
+//! 2. [`RunSource::Extension`]: a [`Run`] the application put on the
+//!    request, or on the HTTP request it came in ([`RunHeaderLayer`] reads
+//!    one from the `Idempotent-Run` header);
+//! 3. [`RunSource::Principal`]: the [`Principal`] the application's
+//!    authentication put there, so that each user is a run;
+//! 4. [`RunSource::Session`]: the client's `Mcp-Session-Id` over streamable
+//!    HTTP, or its connection over stdio, for clients that opened with
+//!    `initialize` (protocol 2025-11-25 and older);
+//! 5. otherwise, by default, the run [`SERVER_WIDE_RUN`], the same for
+//!    every request ([`Unscoped::ServerWide`]), or a refusal
+//!    ([`Unscoped::Refuse`]).
+//!
+//! Each step names a wider circle of calls than the one before, and none is
+//! ever one request's own: a stateless request (protocol 2026-07-28) with
+//! nothing else to go by shares the server-wide run, so a repeat is still a
+//! repeat. The server says which steps it allows with [`ResolvesRuns`].
+//!
+//! An [`Outcome`](crate::Outcome) is a tool result, never an error: a replay
+//! reaches the client as the first result, then the note, in
+//! `CallToolResult::content`, with `is_error` false.
+
+mod http;
+mod outcome;
+mod policy;
+mod run;
+mod session;
+
+use ::rmcp::model::{CallToolRequestParams, RequestMetaObject};
+
+pub use self::http::{RUN_HEADER, RunHeader, RunHeaderLayer};
+pub use self::policy::{RunPolicy, RunSource, Unscoped};
+pub use self::run::{EmptyPrincipal, Principal, ResolvesRuns, RunError, run_of};
+use crate::run::Run;
+
+/// The `_meta` key under which a client names the run of a `tools/call`
+/// request: `{"_meta": {"idempotent/run": "run-7"}}`.
+pub const RUN_META_KEY: &str = "idempotent/run";
+
+/// The `_meta` key of a tool result that says what the guard did: `fresh`,
+/// `replay` or `conflict`. For clients and logs; the model reads the note.
+pub const STATUS_META_KEY: &str = "idempotent/status";
+
+/// The run of every request that nothing else scopes, under
+/// [`Unscoped::ServerWide`]. With it a key such as
+/// `<run>:refund:<args.order_id>` comes down to its order: one refund per
+/// order for the store's retention, whoever asks and however often.
+pub const SERVER_WIDE_RUN: &str = "server-wide";
+
+/// Names `run` in a `tools/call` request's `_meta`, for a client written
+/// with rmcp: the server's `run: Run` parameter reads it.
+///
+/// ```
+/// use idempotent_runtime::{Run, rmcp::{RUN_META_KEY, with_run}};
+/// use rmcp::model::CallToolRequestParams;
+///
+/// let params = with_run(CallToolRequestParams::new("refund_order"), &Run::new("run-7")?);
+/// let meta = params.meta.as_ref().and_then(|meta| meta.get(RUN_META_KEY));
+/// assert_eq!(meta, Some(&serde_json::json!("run-7")));
+/// # Ok::<(), idempotent_runtime::Error>(())
+/// ```
+pub fn with_run(mut params: CallToolRequestParams, run: &Run) -> CallToolRequestParams {
+    params
+        .meta
+        .get_or_insert_with(RequestMetaObject::new)
+        .insert(RUN_META_KEY.into(), run.as_str().into());
+    params
+}
