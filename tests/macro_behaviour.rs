@@ -382,9 +382,10 @@ async fn other_arguments_after_completion_are_a_conflict_with_the_first_result()
 async fn another_tool_with_a_key_that_renders_alike_is_a_conflict() {
     let run = run("other-tool");
     let provider = Provider::new();
-    refund(&run, "1182", 42, &provider)
+    let refunded = refund(&run, "1182", 42, &provider)
         .await
         .expect("refund succeeds");
+    assert!(refunded.is_fresh());
     let cancel = cancel_order(run.clone(), "1182".into(), Arc::clone(&provider))
         .await
         .expect("a conflict is not an error");
@@ -587,9 +588,10 @@ async fn with_record_errors_a_declined_charge_is_final_and_not_retried() {
 async fn a_replay_carries_the_tools_own_note() {
     let run = run("note");
     let provider = Provider::new();
-    charge(run.clone(), "1182".into(), Arc::clone(&provider))
+    let first = charge(run.clone(), "1182".into(), Arc::clone(&provider))
         .await
         .expect("first charge succeeds");
+    assert!(first.is_fresh());
     let again = charge(run.clone(), "1182".into(), Arc::clone(&provider))
         .await
         .expect("the repeat succeeds");

@@ -60,7 +60,7 @@ async fn sweeping_keeps_memory_bounded_over_a_million_unique_keys() {
             .and_then(|b| b.part("order_id", &order))
             .and_then(|b| b.finish())
             .expect("key");
-        Call::new("shop::refund_order", key)
+        let _ = Call::new("shop::refund_order", key)
             .store(&store)
             .retention(Duration::from_secs(1))
             .run(async { Ok::<_, Error>(order) })
@@ -81,7 +81,7 @@ async fn a_purge_removes_only_expired_records() {
     let store = Arc::new(MemoryStore::new());
     let run = fresh_run();
     for (order, retention) in [("1", Duration::ZERO), ("2", Duration::from_secs(3600))] {
-        Call::new("shop::refund_order", refund_key(&run, order))
+        let _ = Call::new("shop::refund_order", refund_key(&run, order))
             .store(&store)
             .retention(retention)
             .run(async { Ok::<_, Error>(()) })
@@ -120,7 +120,7 @@ async fn the_default_store_can_be_switched_in_one_line() {
     let store = Arc::new(MemoryStore::new());
     idempotent::set_default_store(store.clone());
     let run = fresh_run();
-    Call::new("shop::refund_order", refund_key(&run, "1182"))
+    let _ = Call::new("shop::refund_order", refund_key(&run, "1182"))
         .run(async { Ok::<_, Error>(()) })
         .await
         .expect("outcome");
@@ -154,7 +154,7 @@ async fn expired_records_are_swept_when_no_call_comes() {
     let run = fresh_run();
     let provider = Provider::default();
     for order in 0..500 {
-        refund_call(&store, &run, &order.to_string(), 42)
+        let _ = refund_call(&store, &run, &order.to_string(), 42)
             .retention(Duration::from_secs(10))
             .run(refunds(&provider, 42))
             .await

@@ -190,8 +190,10 @@ fn replay(c: &mut Criterion) {
     let mut group = c.benchmark_group("replay");
 
     let store = Arc::new(MemoryStore::new());
-    rt.block_on(refund_guarded(&store, &provider, &run, order_id, 42))
+    let first = rt
+        .block_on(refund_guarded(&store, &provider, &run, order_id, 42))
         .unwrap_or_else(|e| panic!("the first refund: {e}"));
+    assert!(first.is_fresh(), "{first:?}");
     group.bench_function("idempotent_macro", |b| {
         b.iter_custom(|iters| {
             timed(&rt, iters, async |_| {

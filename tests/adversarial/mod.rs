@@ -547,7 +547,7 @@ pub async fn a_duplicate_past_the_wait_deadline_is_in_progress(store: Arc<dyn St
         ),
         Ok(outcome) => panic!("expected InProgress, got {outcome:?}"),
     }
-    holder.finish().await.expect("first");
+    let _ = holder.finish().await.expect("first");
     assert_eq!(provider.refunds(), 1);
 }
 
@@ -599,7 +599,7 @@ pub async fn a_purge_never_removes_a_held_claim(store: Arc<dyn Store>) {
         matches!(&during, Err(err) if matches!(err.guard(), Some(Error::InProgress { .. }))),
         "the held claim must survive the purge: {during:?}"
     );
-    holder.finish().await.expect("first");
+    let _ = holder.finish().await.expect("first");
     assert_eq!(provider.refunds(), 1);
     assert!(store.purge_expired().await.expect("purge") >= 1);
 }

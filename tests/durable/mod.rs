@@ -339,7 +339,7 @@ pub async fn a_key_of_a_hundred_kilobytes_is_claimed_and_replayed(store: impl Du
         .expect("key");
     let provider = Provider::default();
     for _ in 0..2 {
-        Call::new("shop::refund_order", key.clone())
+        let _ = Call::new("shop::refund_order", key.clone())
             .store(&store)
             .run(refunds(&provider, 42))
             .await
@@ -416,7 +416,7 @@ pub async fn purging_while_expired_keys_are_claimed_again_never_acts_twice(store
     let provider = Arc::new(Provider::default());
     let orders = 50;
     for order in 0..orders {
-        refund_call(&store, &run, &order.to_string(), 42)
+        let _ = refund_call(&store, &run, &order.to_string(), 42)
             .retention(Duration::ZERO)
             .run(async { Ok::<_, PayError>(provider.refund("x", 42)) })
             .await
@@ -446,7 +446,7 @@ pub async fn purging_while_expired_keys_are_claimed_again_never_acts_twice(store
         }
     }
     for call in calls {
-        call.await.expect("task").expect("second round");
+        let _ = call.await.expect("task").expect("second round");
     }
     purger.await.expect("purger");
     assert_eq!(provider.refunds(), 2 * orders);
@@ -480,7 +480,7 @@ pub async fn measure_latency_of_a_guarded_call(store: impl Durable) {
     let n = 200u32;
     let started = std::time::Instant::now();
     for order in 0..n {
-        refund_call(&store, &run, &order.to_string(), 42)
+        let _ = refund_call(&store, &run, &order.to_string(), 42)
             .run(async { Ok::<_, PayError>(order) })
             .await
             .expect("fresh");
