@@ -48,9 +48,9 @@ pub enum Error {
     /// given. Acting without the run could merge one action across runs.
     #[error(
         "no run in scope: the key names `<run>`, so wrap the agent run in `Run::scope(..)`, \
-         give the tool a `run` argument, or hand the run to the framework (rig: put it in the \
-         tool context with `idempotent::rig::context`; rmcp: send it in the request's \
-         `_meta` with `idempotent::rmcp::with_run`); the action was not run"
+         give the tool a `run` argument, or let the framework hand it over (rig: put it in the \
+         tool context with `idempotent::rig::context`; rmcp: take `run: Run` as an argument, which \
+         the server resolves from each request); the action was not run"
     )]
     MissingRun,
 
