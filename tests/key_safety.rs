@@ -72,8 +72,8 @@ fn is_other_tool<T>(outcome: &Outcome<T>) -> bool {
     )
 }
 
-#[tokio::test]
-async fn a_cancel_after_a_refund_under_one_key_text_never_replays_the_refund() {
+/// The two tools, sharing one stand-in provider.
+fn refund_and_cancel() -> (Provider, RefundTool, CancelTool) {
     let provider = Provider::default();
     let refund_tool = RefundTool {
         provider: provider.clone(),
@@ -81,6 +81,12 @@ async fn a_cancel_after_a_refund_under_one_key_text_never_replays_the_refund() {
     let cancel_tool = CancelTool {
         provider: provider.clone(),
     };
+    (provider, refund_tool, cancel_tool)
+}
+
+#[tokio::test]
+async fn a_cancel_after_a_refund_under_one_key_text_never_replays_the_refund() {
+    let (provider, refund_tool, cancel_tool) = refund_and_cancel();
     let run = run("identity-methods");
     assert!(refund(refund_tool.call(&run, "1182".into()).await).is_fresh());
     let cancel = refund(cancel_tool.call(&run, "1182".into()).await);
@@ -95,13 +101,7 @@ async fn a_cancel_after_a_refund_under_one_key_text_never_replays_the_refund() {
 
 #[tokio::test]
 async fn a_cancel_keyed_on_its_own_action_acts_after_the_refund_of_one_order() {
-    let provider = Provider::default();
-    let refund_tool = RefundTool {
-        provider: provider.clone(),
-    };
-    let cancel_tool = CancelTool {
-        provider: provider.clone(),
-    };
+    let (provider, refund_tool, cancel_tool) = refund_and_cancel();
     let run = run("identity-own-keys");
     assert!(refund(refund_tool.call(&run, "1190".into()).await).is_fresh());
     assert!(refund(cancel_tool.cancel(&run, "1190".into()).await).is_fresh());
