@@ -16,8 +16,8 @@ use rig_agent::{Agent, AgentBuilder};
 use rig_core::completion::{AssistantContent, Message};
 use rig_core::message::{ToolName, ToolResult, UserContent};
 use rig_core::rig_tool;
-use rig_core::tool::{Tool, ToolContext};
-use serde::Deserialize;
+use rig_core::tool::{ContextValue, Tool, ToolContext};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------
@@ -434,4 +434,117 @@ impl Tool for RefundOrderInRun {
     ) -> Result<Outcome<Refund>, ShopError> {
         refund_in_scope(&self.provider, args.order_id, args.usd, args.reason).await
     }
+}
+
+// ---------------------------------------------------------------------------
+// A counter from code: a second refund of one order in one run.
+
+/// Which refund of an order a prompt may make: 1, or 2 once the application
+/// has approved a second one. It travels in the tool context, which the
+/// application fills in and the model never sees, so no wording of the
+/// model's can move it.
+#[derive(Clone, Copy, Serialize, Deserialize)]
+struct RefundNo(u32);
+
+impl ContextValue for RefundNo {
+    const KEY: &'static str = "shop.refund_no";
+}
+
+#[idempotent(key = "<run>:refund:<order_id>:<refund_no>")]
+async fn refund_numbered(
+    #[context] provider: &Provider,
+    run: &Run,
+    order_id: String,
+    refund_no: u32,
+    usd: u64,
+    #[free_text] reason: String,
+) -> Result<Outcome<Refund>, ShopError> {
+    let _ = (run, reason);
+    Ok(provider
+        .refund(&order_id, usd, provider_key().as_deref())
+        .await?)
+}
+
+/// Every argument of a rig tool is the model's; the counter comes from the
+/// context.
+struct NumberedRefund {
+    provider: Provider,
+}
+
+impl Tool for NumberedRefund {
+    const NAME: &'static str = "refund";
+    type Args = RefundArgs;
+    type Output = Outcome<Refund>;
+    type Error = ShopError;
+
+    fn description(&self) -> String {
+        "Refund an order".into()
+    }
+
+    fn parameters(&self) -> Value {
+        refund_parameters()
+    }
+
+    async fn call(
+        &self,
+        context: &mut ToolContext,
+        args: RefundArgs,
+    ) -> Result<Outcome<Refund>, ShopError> {
+        let run = run_of(context)?;
+        let refund_no = context.get::<RefundNo>().ok().flatten().map_or(1, |n| n.0);
+        let provider = &self.provider;
+        refund_numbered(
+            provider,
+            &run,
+            args.order_id,
+            refund_no,
+            args.usd,
+            args.reason,
+        )
+        .await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_refund_approved_through_the_context_acts_once_and_repeats_replay() {
+    let provider = Provider::default();
+    let agent = AgentBuilder::new(MockCompletionModel::text("unused"))
+        .tool(NumberedRefund {
+            provider: provider.clone(),
+        })
+        .build();
+    let run = Run::new("rig-counter").unwrap_or_else(|e| panic!("run: {e}"));
+    let prompt = |refund_no: Option<u32>| {
+        let mut tool_context = context(&run);
+        if let Some(n) = refund_no {
+            let inserted = tool_context.insert(RefundNo(n));
+            inserted.unwrap_or_else(|e| panic!("context: {e}"));
+        }
+        agent
+            .prompt("Refund the order.")
+            .using_model_value(duplicates("1187"))
+            .tool_context(tool_context)
+            .tool_concurrency(2)
+            .max_turns(6)
+    };
+    let fresh = |results: &[ToolResult]| {
+        results
+            .iter()
+            .filter(|r| status(r).as_deref() == Some("fresh"))
+            .count()
+    };
+
+    let first = prompt(None).await.unwrap_or_else(|e| panic!("run: {e}"));
+    assert_eq!(fresh(&tool_results(&first.messages)), 1);
+    assert_eq!(provider.refunds_of("1187"), 1);
+
+    // The application approves a second refund of the order in this run.
+    let second = prompt(Some(2)).await.unwrap_or_else(|e| panic!("run: {e}"));
+    assert_eq!(fresh(&tool_results(&second.messages)), 1);
+    assert_eq!(provider.refunds_of("1187"), 2);
+
+    // Asked again under the same approval: nothing new.
+    let third = prompt(Some(2)).await.unwrap_or_else(|e| panic!("run: {e}"));
+    assert_eq!(fresh(&tool_results(&third.messages)), 0);
+    assert_eq!(provider.refunds_of("1187"), 2);
 }

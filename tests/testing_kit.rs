@@ -197,7 +197,7 @@ async fn each_step_runs_after_the_last_and_the_model_ends_with_its_answer() {
             let order = Arc::clone(&order);
             async move {
                 tokio::task::yield_now().await;
-                order.lock().expect("not poisoned").push(call.0);
+                order.lock().expect("not poisoned").push(call.into_string());
                 Ok::<_, ProviderError>(())
             }
         }

@@ -56,14 +56,21 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         .as_ref()
         .map(|(lit, t)| validate::key(t, &params, &func.sig.ident, lit, &mut errors));
 
-    let Some(body) = tokens.body().cloned() else {
+    let Some(outer) = tokens.body().cloned() else {
         let errors = errors.to_compile_errors();
         let item = tokens.into_tokens();
         return quote!(#errors #item);
     };
+    // Under `#[tracing::instrument]`, the user's block inside its rewriting.
+    let instrumented = item::instrumented_block(&outer);
+    let body = instrumented.as_ref().unwrap_or(&outer);
+    let with_body = |tokens: FnTokens, new: TokenStream| match &instrumented {
+        Some(_) => tokens.with_body(item::replace_instrumented_block(&outer, new)),
+        None => tokens.with_body(new),
+    };
     if let (Some(ret), Some(key), true) = (ret, &key, errors.is_empty()) {
-        let body = guarded_body(&args, &params, key, ret, &func.sig.ident, &body);
-        return tokens.with_body(body);
+        let body = guarded_body(&args, &params, key, ret, &func.sig.ident, body);
+        return with_body(tokens, body);
     }
 
     // Refused: the errors, next to the function with a body that is checked
@@ -77,9 +84,9 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
             Segment::Literal(_) => None,
         })
         .collect();
-    let body = refused_body(&func, &params, &keyed, &body);
+    let body = refused_body(&func, &params, &keyed, body);
     let errors = errors.to_compile_errors();
-    let item = tokens.with_body(body);
+    let item = with_body(tokens, body);
     quote!(#errors #item)
 }
 
@@ -173,14 +180,7 @@ fn guarded_body(
             quote_spanned!(def=> .arg(#name, #check)?)
         });
 
-    let tool = match &args.tool {
-        Some(tool) => quote!(#tool),
-        None => {
-            let name = fn_name.to_string();
-            let name = LitStr::new(name.strip_prefix("r#").unwrap_or(&name), fn_name.span());
-            quote_spanned!(def=> ::core::concat!(::core::module_path!(), "::", #name))
-        }
-    };
+    let tool = tool_identity(args, params, fn_name, def);
 
     let options = options(args, def);
     // The call that carries every bound on the tool's types is located at
@@ -207,6 +207,28 @@ fn guarded_body(
         })();
         #run
     }
+}
+
+/// The tool's identity in the store: `tool = "..."`, or else the function's
+/// path. A free function is `module::name`. A method is `module::Type::name`,
+/// where the type is read from `Self` at run time (once per call site), since
+/// two types in one module may each guard a method of one name: `Tool::call`
+/// of a refund and of a cancel must never replay each other.
+fn tool_identity(args: &Args, params: &Params, fn_name: &Ident, def: Span) -> TokenStream {
+    if let Some(tool) = &args.tool {
+        return quote!(#tool);
+    }
+    let name = fn_name.to_string();
+    let name = LitStr::new(name.strip_prefix("r#").unwrap_or(&name), fn_name.span());
+    if params.receiver.is_none() {
+        return quote_spanned!(def=> ::core::concat!(::core::module_path!(), "::", #name));
+    }
+    let site = Ident::new("__IDEMPOTENT_TOOL", def);
+    quote_spanned! {def=> {
+        static #site: ::idempotent::__private::MethodTool =
+            ::idempotent::__private::MethodTool::new(::core::module_path!(), #name);
+        #site.get(::core::any::type_name::<Self>())
+    }}
 }
 
 /// The call site's policy, as builder calls on `idempotent::Call`.

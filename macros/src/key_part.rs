@@ -28,6 +28,8 @@ pub fn derive(input: TokenStream) -> TokenStream {
         }
         Data::Enum(data) => {
             reject_key_part_attrs(&input.attrs, "an enum", &mut errors);
+            // What each variant writes so far, to refuse two that write one.
+            let mut written: Vec<(String, &syn::Ident)> = Vec::new();
             let arms = data.variants.iter().filter_map(|variant| {
                 if !matches!(variant.fields, Fields::Unit) {
                     errors.add(
@@ -46,6 +48,19 @@ pub fn derive(input: TokenStream) -> TokenStream {
                     LitStr::new(&variant.ident.to_string(), variant.ident.span())
                 });
                 let ident = &variant.ident;
+                let text = name.value();
+                if let Some((_, first)) = written.iter().find(|(t, _)| *t == text) {
+                    errors.add(
+                        name.span(),
+                        format!(
+                            "`{first}` and `{ident}` both write `{text}` as a key part, so two \
+                             different actions would render one key and the second would replay \
+                             the first. Give `{ident}` a name of its own with \
+                             `#[key_part(rename = \"...\")]`"
+                        ),
+                    );
+                }
+                written.push((text, ident));
                 Some(quote!(Self::#ident => out.write_str(#name),))
             });
             let arms: Vec<TokenStream> = arms.collect();

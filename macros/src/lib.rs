@@ -54,8 +54,12 @@ mod validate;
 ///
 /// Refused at compile time: a placeholder that names no argument; free text
 /// (`#[free_text]`, `FreeText<_>`), which the model words anew on each ask;
-/// a tool-call id (`#[call_id]`, `CallId`, or named `call_id` or
-/// `tool_call_id`), which is new on each call; a template with no
+/// an argument or field of the ask named as the model's wording usually is
+/// (`description`, `reason`, `message`, `note`, `text`, `query`, `prompt`,
+/// and the like, or ending in `_reason`, `_note`, ...), unless its argument
+/// is marked `#[identifier]`; a tool-call id (`#[call_id]`, `CallId`, or
+/// named `call_id` or `tool_call_id`), which is new on each call; a
+/// template with no
 /// placeholder, an empty one, an unterminated or empty `<>`, a placeholder
 /// used twice; two placeholders with nothing between them, a literal after a
 /// placeholder without a separator character, and `%` in literal text, which
@@ -64,10 +68,14 @@ mod validate;
 /// # The fingerprint
 ///
 /// Every argument that is not in the key whole is serialized (serde) into
-/// the fingerprint, except free text, call ids, `self` and context: an
-/// argument marked `#[context]` or `#[rig(context)]`, or whose type's name
-/// ends in `Context`. Destructured arguments are walked, and each name they
-/// bind counts as an argument.
+/// the fingerprint, except free text, call ids (wherever they sit: in an
+/// `Option`, in a field of an argument struct), `self` and context: an
+/// argument marked `#[context]` or `#[rig(context)]`, or of a framework's
+/// own context type (rig's `ToolContext`; rmcp's `RequestContext`, `Peer`,
+/// `Extensions`, `Extension<_>`, `RequestMetaObject`, `RequestId`,
+/// `CancellationToken`, `ToolName`, `RequestState`, `InputResponses`). A
+/// type of your own is part of the ask whatever its name. Destructured
+/// arguments are walked, and each name they bind counts as an argument.
 ///
 /// # Options
 ///
@@ -82,8 +90,11 @@ mod validate;
 ///   holder does;
 /// - `note = "..."`, `conflict_note = "..."`: what a replay or a conflict
 ///   tells the model;
-/// - `tool = "..."`: the tool's identity in the store; `module_path!()` and
-///   the function's name otherwise.
+/// - `tool = "..."`: the tool's identity in the store. Otherwise a free
+///   function is `module::name`, and a method is `module::Type::name`, with
+///   the type read from `Self` at run time (its own name and its generic
+///   arguments' names, without their paths), so that `Tool::call` of two
+///   types in one module are two tools.
 ///
 /// # The function
 ///

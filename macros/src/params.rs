@@ -10,9 +10,15 @@
 //!   `CallId`, or named `call_id` / `tool_call_id`). Never in the key, never
 //!   fingerprinted: it is new for every call;
 //! - **context**: what the framework hands the tool besides the ask
-//!   (`#[context]`, rig's `#[rig(context)]`, or a type whose name ends in
-//!   `Context`, such as `ToolContext` or `RequestContext`). Its fields may be
-//!   keyed on (`<ctx.tenant>`); it is never fingerprinted.
+//!   (`#[context]`, rig's `#[rig(context)]`, or one of the frameworks' own
+//!   context types listed in [`CONTEXT_TYPES`]). Its fields may be keyed on
+//!   (`<ctx.tenant>`); it is never fingerprinted. A type of the user's own is
+//!   context only when marked, whatever its name: `RefundContext { usd }`
+//!   may carry part of the ask.
+//!
+//! Apart from its role, a plain parameter may be marked `#[identifier]`: the
+//! user vouches that its name, and the field names under it, name ids even
+//! where they read like the model's wording (`text`, `args.subject`).
 //!
 //! Destructured parameters are walked, and each name they bind gets the role
 //! of its parameter.
@@ -25,7 +31,27 @@ use crate::errors::Errors;
 
 /// The inert markers `#[idempotent]` reads on parameters and strips from its
 /// output.
-pub const MARKERS: &[&str] = &["free_text", "call_id", "context"];
+pub const MARKERS: &[&str] = &["free_text", "call_id", "context", "identifier"];
+
+/// The frameworks' own context types, by their last path segment: rig's
+/// `ToolContext`, and rmcp's `RequestContext` and the other extractors that
+/// carry the request rather than the ask. Whatever else an argument is, it is
+/// part of the ask unless marked.
+pub const CONTEXT_TYPES: &[&str] = &[
+    // rig
+    "ToolContext",
+    // rmcp
+    "RequestContext",
+    "Peer",
+    "Extensions",
+    "Extension",
+    "RequestMetaObject",
+    "RequestId",
+    "CancellationToken",
+    "ToolName",
+    "RequestState",
+    "InputResponses",
+];
 
 /// What a bound name is to the guard.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -48,6 +74,8 @@ pub enum Why {
 pub struct Binding {
     pub ident: Ident,
     pub role: Role,
+    /// Marked `#[identifier]`: its name and the fields under it name ids.
+    pub identifier: bool,
     /// Where a value of this name is best pointed at: the parameter's type
     /// when the parameter is this one name, or else the name.
     pub type_span: Span,
@@ -99,6 +127,10 @@ pub fn read(sig: &Signature, errors: &mut Errors) -> Params {
             }
             FnArg::Typed(typed) => {
                 let role = role_of(&typed.attrs, &typed.ty, errors);
+                let identifier = typed
+                    .attrs
+                    .iter()
+                    .any(|attr| marker_name(attr) == Some("identifier"));
                 let whole = matches!(&*typed.pat, Pat::Ident(p) if p.subpat.is_none());
                 let mut idents = Vec::new();
                 bound_idents(&typed.pat, &mut idents);
@@ -113,6 +145,7 @@ pub fn read(sig: &Signature, errors: &mut Errors) -> Params {
                     params.bindings.push(Binding {
                         ident,
                         role,
+                        identifier,
                         type_span,
                     });
                 }
@@ -140,6 +173,10 @@ fn role_of(attrs: &[Attribute], ty: &Type, errors: &mut Errors) -> Role {
     let mut role = None;
     for attr in attrs {
         let (name, shown, ours) = match marker_name(attr) {
+            Some("identifier") => {
+                identifier_marker(attr, ty, errors);
+                continue;
+            }
             Some(name) => (name, name, true),
             None if is_rig_context(attr) => ("context", "rig(context)", false),
             None => continue,
@@ -180,8 +217,28 @@ fn role_of(attrs: &[Attribute], ty: &Type, errors: &mut Errors) -> Role {
     match type_name(ty).as_deref() {
         Some("FreeText") => Role::FreeText(Why::Type),
         Some("CallId") => Role::CallId(Why::Type),
-        Some(name) if name.ends_with("Context") => Role::Context,
+        Some(name) if CONTEXT_TYPES.contains(&name) => Role::Context,
         _ => Role::Plain,
+    }
+}
+
+/// `#[identifier]` takes no arguments, and vouches only for what may be
+/// keyed: free text and call ids stay what their type says.
+fn identifier_marker(attr: &Attribute, ty: &Type, errors: &mut Errors) {
+    if !matches!(attr.meta, Meta::Path(_)) {
+        errors.add(
+            attr.path().span(),
+            "`#[identifier]` takes no arguments: write `#[identifier]`",
+        );
+    }
+    if let Some(name @ ("FreeText" | "CallId")) = type_name(ty).as_deref() {
+        errors.add(
+            attr.path().span(),
+            format!(
+                "`#[identifier]` cannot make a `{name}` an id: its type says it is new on each \
+                 ask. Key on the ids of the action instead, as in `<run>:refund:<order_id>`"
+            ),
+        );
     }
 }
 

@@ -5,6 +5,12 @@
 //! differently for different actions. So a placeholder must name an argument,
 //! a field of one, or the run; never model-authored free text (worded anew on
 //! each ask) and never a tool-call id (new on each call).
+//!
+//! Free text is caught by its marker or type, and also by its name: an
+//! argument or field of the ask named as the model's wording usually is
+//! ([`FREE_TEXT_NAMES`]), unless its argument is marked `#[identifier]`.
+//! `self` and context are filled in by the application, never the model, so
+//! their field names are not read this way.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, quote_spanned};
@@ -15,6 +21,49 @@ use crate::errors::Errors;
 use crate::params::{Params, Role, Why, is_call_id_name, type_name};
 use crate::suggest;
 use crate::template::{Placeholder, Segment, Template};
+
+/// Names that almost always carry the model's own wording. A name is read as
+/// one when it is one of these, or ends in `_` and one of these
+/// (`refund_reason`, `email_body`).
+pub const FREE_TEXT_NAMES: &[&str] = &[
+    "description",
+    "desc",
+    "reason",
+    "rationale",
+    "justification",
+    "explanation",
+    "message",
+    "msg",
+    "note",
+    "notes",
+    "comment",
+    "comments",
+    "remark",
+    "remarks",
+    "feedback",
+    "summary",
+    "body",
+    "text",
+    "content",
+    "details",
+    "instructions",
+    "query",
+    "question",
+    "prompt",
+    "subject",
+    "title",
+];
+
+/// Whether a name reads as the model's wording.
+fn is_free_text_name(name: &str) -> bool {
+    let name = name.strip_prefix("r#").unwrap_or(name);
+    FREE_TEXT_NAMES.iter().any(|word| {
+        name == *word
+            || name
+                .strip_suffix(word)
+                .is_some_and(|head| head.ends_with('_'))
+    })
+}
 
 /// A key part, ready to expand.
 pub enum Part {
@@ -123,16 +172,38 @@ fn resolve(p: &Placeholder, params: &Params, fn_name: &Ident, span: Span) -> Res
         Role::CallId(why) => return Err(call_id(&shown, name, why)),
         Role::Plain | Role::Context => {}
     }
-    if let Some(last) = p.fields.last()
-        && is_call_id_name(last)
-    {
-        return Err(call_id(&shown, last, Why::Name));
+    if let Some(field) = p.fields.iter().find(|f| is_call_id_name(f)) {
+        return Err(call_id(&shown, field, Why::Name));
+    }
+    if binding.role == Role::Plain && !binding.identifier {
+        let mut path = std::iter::once(&p.root).chain(&p.fields);
+        if let Some(word) = path.find(|n| is_free_text_name(n)) {
+            return Err(free_text_name(&shown, name, word));
+        }
     }
     let root = Ident::new(
         &binding.ident.to_string(),
         binding.ident.span().located_at(span),
     );
     Ok(value(p, root.into_token_stream(), span))
+}
+
+fn free_text_name(shown: &str, argument: &str, word: &str) -> String {
+    let how = if argument == word {
+        format!("if `{argument}` really is an id, mark it `#[identifier] {argument}: ..`")
+    } else {
+        format!(
+            "if `{word}` really is an id, mark its argument `#[identifier] {argument}: ..`, \
+             which vouches for the names under it"
+        )
+    };
+    format!(
+        "`{shown}` reads like model-authored free text: `{word}` is a name that almost always \
+         carries the model's own wording, which it words anew on each ask, so two asks for one \
+         action would get two keys and the action would run twice. Key on ids instead, such as \
+         `<run>:ticket:<customer_id>`, and leave the wording out of the key (mark it \
+         `#[free_text]`, or type it `FreeText<_>`); {how}"
+    )
 }
 
 fn call_id(shown: &str, name: &str, why: Why) -> String {

@@ -7,15 +7,16 @@ use serde::Serialize;
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::error::Error;
-use crate::text::without_free_text;
+use crate::text::fingerprinting;
 
 /// A digest of the arguments that are not in the key: the amount of a refund,
 /// say. The same key with a different fingerprint is a conflict (refund 42,
 /// then 41, on one order), never a replay.
 ///
 /// Arguments are serialized as JSON (serde) into XXH3-128, which is stable
-/// across platforms and versions. [`FreeText`](crate::FreeText) serializes as
-/// nothing here, so model wording never makes a conflict. Use ordered maps
+/// across platforms and versions. [`FreeText`](crate::FreeText) and
+/// [`CallId`](crate::CallId) serialize as nothing here, wherever they sit, so
+/// neither model wording nor a new call id makes a conflict. Use ordered maps
 /// (`BTreeMap`) in arguments: a `HashMap` serializes in a random order.
 ///
 /// ```
@@ -85,7 +86,7 @@ impl FingerprintBuilder {
         self.hasher.update(&(name.len() as u64).to_le_bytes());
         self.hasher.update(name.as_bytes());
         let hasher = &mut self.hasher;
-        without_free_text(|| serde_json::to_writer(HashWriter(hasher), value))
+        fingerprinting(|| serde_json::to_writer(HashWriter(hasher), value))
             .map_err(Error::Fingerprint)?;
         self.hasher.update(&[0xff]);
         self.args += 1;

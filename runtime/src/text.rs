@@ -11,9 +11,10 @@ thread_local! {
     static FINGERPRINTING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Runs `f` with [`FreeText`] serializing as nothing, so that a fingerprint
-/// never covers free text, even inside an argument struct.
-pub(crate) fn without_free_text<R>(f: impl FnOnce() -> R) -> R {
+/// Runs `f` with [`FreeText`] and [`CallId`] serializing as nothing, so that
+/// a fingerprint never covers free text or a call id, wherever they sit: an
+/// argument, an `Option`, a field of an argument struct.
+pub(crate) fn fingerprinting<R>(f: impl FnOnce() -> R) -> R {
     struct Reset(bool);
     impl Drop for Reset {
         fn drop(&mut self) {
@@ -34,6 +35,10 @@ pub(crate) fn without_free_text<R>(f: impl FnOnce() -> R) -> R {
 /// It serializes and deserializes as the inner value, so it fits in a tool's
 /// JSON arguments unchanged.
 ///
+/// The inner value is private, and read through [`as_str`](FreeText::as_str),
+/// [`Deref`] or [`into_inner`](FreeText::into_inner): a key template cannot
+/// reach it either (`<args.reason.0>` does not compile).
+///
 /// ```
 /// use idempotent_runtime::FreeText;
 ///
@@ -42,9 +47,14 @@ pub(crate) fn without_free_text<R>(f: impl FnOnce() -> R) -> R {
 /// # Ok::<(), serde_json::Error>(())
 /// ```
 #[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct FreeText<T = String>(pub T);
+pub struct FreeText<T = String>(T);
 
 impl<T> FreeText<T> {
+    /// Wraps model-authored text.
+    pub const fn new(text: T) -> FreeText<T> {
+        FreeText(text)
+    }
+
     /// Unwraps the text.
     pub fn into_inner(self) -> T {
         self.0
@@ -110,15 +120,65 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for FreeText<T> {
 /// It is new for every call the model makes, so two identical asks carry two
 /// ids: it must never be an idempotency key. It does not implement
 /// [`KeyPart`](crate::KeyPart), and `#[idempotent]` refuses it in a key.
-/// Keep it for logs and tracing.
-#[derive(Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct CallId(pub String);
+/// A fingerprint skips it wherever it sits (an `Option<CallId>` argument, a
+/// field of an argument struct), so a repeat under a new id is a replay, not
+/// a conflict. Its text is private and read with [`as_str`](CallId::as_str),
+/// so a key template cannot reach it through `.0` either. Keep it for logs
+/// and tracing.
+///
+/// ```
+/// use idempotent_runtime::CallId;
+///
+/// let id = CallId::new("call_7");
+/// assert_eq!(id.as_str(), "call_7");
+/// assert_eq!(serde_json::to_string(&id)?, "\"call_7\"");
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct CallId(String);
 
 impl CallId {
+    /// A call id from the framework's text.
+    pub fn new(id: impl Into<String>) -> CallId {
+        CallId(id.into())
+    }
+
+    /// Unwraps the id's text.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+
     /// The id's text.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+impl From<String> for CallId {
+    fn from(id: String) -> CallId {
+        CallId(id)
+    }
+}
+
+impl From<&str> for CallId {
+    fn from(id: &str) -> CallId {
+        CallId(id.to_owned())
+    }
+}
+
+impl Serialize for CallId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if FINGERPRINTING.with(Cell::get) {
+            serializer.serialize_unit()
+        } else {
+            self.0.serialize(serializer)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for CallId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(CallId)
     }
 }
 

@@ -32,7 +32,7 @@ impl ToolCall {
     /// A call of `tool` with `args`, under the id `id`.
     pub fn new(id: impl Into<String>, tool: impl Into<String>, args: Value) -> ToolCall {
         ToolCall {
-            id: CallId(id.into()),
+            id: CallId::new(id),
             tool: tool.into(),
             args,
         }
@@ -42,7 +42,7 @@ impl ToolCall {
     /// sends.
     pub fn with_id(&self, id: impl Into<String>) -> ToolCall {
         ToolCall {
-            id: CallId(id.into()),
+            id: CallId::new(id),
             ..self.clone()
         }
     }
@@ -131,7 +131,7 @@ impl ScriptedModel {
                     .iter()
                     .filter(|result| result.output.is_err())
                     .map(|result| ToolCall {
-                        id: CallId(format!("{}_retry", result.call.id)),
+                        id: CallId::new(format!("{}_retry", result.call.id)),
                         ..result.call.clone()
                     })
                     .collect(),

@@ -1,4 +1,4 @@
-// A field path into free text: `RefundArgs::reason` is `FreeText<_>`, which
+// A field path into free text: `RefundArgs::wording` is `FreeText<_>`, which
 // never implements `KeyPart`, so the key string gets the runtime's
 // on_unimplemented message.
 use idempotent::{Outcome, Run, idempotent};
@@ -15,10 +15,10 @@ use serde::Serialize;
 #[derive(Serialize)]
 struct RefundArgs {
     order_id: String,
-    reason: FreeText<String>,
+    wording: FreeText<String>,
 }
 
-#[idempotent(key = "<run>:refund:<args.reason>")]
+#[idempotent(key = "<run>:refund:<args.wording>")]
 async fn refund_order(run: Run, args: RefundArgs) -> Result<Outcome<u64>, PayError> {
     Ok(0)
 }

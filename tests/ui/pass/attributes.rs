@@ -52,8 +52,8 @@ async fn main() -> Result<(), PayError> {
         Peer,
         7,
         "call_a".into(),
-        CallId("call_a".into()),
-        FreeText("damaged".into()),
+        CallId::new("call_a"),
+        FreeText::new("damaged".into()),
         "first".into(),
         0,
     )
@@ -65,8 +65,8 @@ async fn main() -> Result<(), PayError> {
         Peer,
         7,
         "call_b".into(),
-        CallId("call_b".into()),
-        FreeText("it broke".into()),
+        CallId::new("call_b"),
+        FreeText::new("it broke".into()),
         "second".into(),
         0,
     )

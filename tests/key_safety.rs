@@ -1,0 +1,336 @@
+//! The holes a key must not have: two tools that would share one result, a
+//! call id or an argument that would be fingerprinted wrongly, a counter the
+//! model could move. Every test counts what reached the stand-in provider.
+
+use idempotent::testing::{Provider, ProviderError, Refund};
+use idempotent::{CallId, ConflictReason, Error, FreeText, Outcome, Run, idempotent};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, thiserror::Error)]
+enum ShopError {
+    #[error(transparent)]
+    Idempotency(#[from] Error),
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+}
+
+fn run(id: &str) -> Run {
+    Run::new(id).unwrap_or_else(|e| panic!("run: {e}"))
+}
+
+fn refund<T>(outcome: Result<Outcome<T>, ShopError>) -> Outcome<T> {
+    outcome.unwrap_or_else(|e| panic!("the call failed: {e}"))
+}
+
+// ---------------------------------------------------------------------------
+// Two tools in one module, each with a method named `call`, as every
+// hand-written rig tool has.
+
+struct RefundTool {
+    provider: Provider,
+}
+
+impl RefundTool {
+    #[idempotent(key = "<run>:order:<order_id>")]
+    async fn call(&self, run: &Run, order_id: String) -> Result<Outcome<Refund>, ShopError> {
+        let _ = run;
+        Ok(self.provider.refund(&order_id, 42, None).await?)
+    }
+}
+
+struct CancelTool {
+    provider: Provider,
+}
+
+impl CancelTool {
+    #[idempotent(key = "<run>:order:<order_id>")]
+    async fn call(&self, run: &Run, order_id: String) -> Result<Outcome<Refund>, ShopError> {
+        let _ = run;
+        // The stand-in provider counts a cancellation as a refund of 0.
+        Ok(self.provider.refund(&order_id, 0, None).await?)
+    }
+
+    /// The same cancel, keyed as the README advises: on the action too.
+    #[idempotent(key = "<run>:cancel:<order_id>")]
+    async fn cancel(&self, run: &Run, order_id: String) -> Result<Outcome<Refund>, ShopError> {
+        let _ = run;
+        Ok(self.provider.refund(&order_id, 0, None).await?)
+    }
+}
+
+/// A conflict with another tool: the key text was first used by a tool of
+/// another identity. It carries no result, so the model is never told that
+/// the other tool's action was this one's.
+fn is_other_tool<T>(outcome: &Outcome<T>) -> bool {
+    matches!(
+        outcome,
+        Outcome::Conflict {
+            reason: ConflictReason::OtherTool,
+            first: None,
+            ..
+        }
+    )
+}
+
+/// The two tools, sharing one stand-in provider.
+fn refund_and_cancel() -> (Provider, RefundTool, CancelTool) {
+    let provider = Provider::default();
+    let refund_tool = RefundTool {
+        provider: provider.clone(),
+    };
+    let cancel_tool = CancelTool {
+        provider: provider.clone(),
+    };
+    (provider, refund_tool, cancel_tool)
+}
+
+#[tokio::test]
+async fn a_cancel_after_a_refund_under_one_key_text_never_replays_the_refund() {
+    let (provider, refund_tool, cancel_tool) = refund_and_cancel();
+    let run = run("identity-methods");
+    assert!(refund(refund_tool.call(&run, "1182".into()).await).is_fresh());
+    let cancel = refund(cancel_tool.call(&run, "1182".into()).await);
+    assert!(
+        is_other_tool(&cancel),
+        "the cancel is another tool: it must not get the refund's result, got {cancel:?}"
+    );
+    // The refund still deduplicates its own repeats.
+    assert!(refund(refund_tool.call(&run, "1182".into()).await).is_replay());
+    assert_eq!(provider.calls_received(), 1);
+}
+
+#[tokio::test]
+async fn a_cancel_keyed_on_its_own_action_acts_after_the_refund_of_one_order() {
+    let (provider, refund_tool, cancel_tool) = refund_and_cancel();
+    let run = run("identity-own-keys");
+    assert!(refund(refund_tool.call(&run, "1190".into()).await).is_fresh());
+    assert!(refund(cancel_tool.cancel(&run, "1190".into()).await).is_fresh());
+    assert!(refund(cancel_tool.cancel(&run, "1190".into()).await).is_replay());
+    assert_eq!(provider.calls_received(), 2);
+}
+
+/// One generic impl, two instances: `Notify<Email>` and `Notify<Sms>` are two
+/// tools.
+trait Channel: Send + Sync {
+    const USD: u64;
+}
+struct Email;
+struct Sms;
+impl Channel for Email {
+    const USD: u64 = 1;
+}
+impl Channel for Sms {
+    const USD: u64 = 2;
+}
+
+struct Notify<C> {
+    provider: Provider,
+    channel: std::marker::PhantomData<C>,
+}
+
+impl<C: Channel> Notify<C> {
+    #[idempotent(key = "<run>:notify:<order_id>")]
+    async fn call(&self, run: &Run, order_id: String) -> Result<Outcome<Refund>, ShopError> {
+        let _ = run;
+        Ok(self.provider.refund(&order_id, C::USD, None).await?)
+    }
+}
+
+#[tokio::test]
+async fn two_instances_of_one_generic_tool_do_not_replay_each_other() {
+    let provider = Provider::default();
+    let email = Notify::<Email> {
+        provider: provider.clone(),
+        channel: std::marker::PhantomData,
+    };
+    let sms = Notify::<Sms> {
+        provider: provider.clone(),
+        channel: std::marker::PhantomData,
+    };
+    let run = run("identity-generic");
+    assert!(refund(email.call(&run, "1183".into()).await).is_fresh());
+    assert!(is_other_tool(&refund(sms.call(&run, "1183".into()).await)));
+    assert!(refund(email.call(&run, "1183".into()).await).is_replay());
+    assert_eq!(provider.calls_received(), 1);
+}
+
+// ---------------------------------------------------------------------------
+// Call ids are left out of the fingerprint wherever they sit.
+
+#[idempotent(key = "<run>:refund:<order_id>")]
+async fn refund_with_optional_call(
+    #[context] provider: &Provider,
+    run: &Run,
+    order_id: String,
+    usd: u64,
+    call: Option<CallId>,
+) -> Result<Outcome<Refund>, ShopError> {
+    let _ = (run, call);
+    Ok(provider.refund(&order_id, usd, None).await?)
+}
+
+#[derive(Serialize, Deserialize)]
+struct RefundArgs {
+    order_id: String,
+    usd: u64,
+    call: CallId,
+    why: FreeText,
+}
+
+#[idempotent(key = "<run>:refund:<args.order_id>")]
+async fn refund_with_args(
+    #[context] provider: &Provider,
+    run: &Run,
+    args: RefundArgs,
+) -> Result<Outcome<Refund>, ShopError> {
+    let _ = run;
+    Ok(provider.refund(&args.order_id, args.usd, None).await?)
+}
+
+#[tokio::test]
+async fn a_repeat_under_a_new_optional_call_id_is_a_replay() {
+    let provider = Provider::default();
+    let run = run("call-id-option");
+    let first = refund_with_optional_call(&provider, &run, "1184".into(), 42, Some("c1".into()));
+    assert!(refund(first.await).is_fresh());
+    let again = refund_with_optional_call(&provider, &run, "1184".into(), 42, Some("c2".into()));
+    assert!(refund(again.await).is_replay());
+    let none = refund_with_optional_call(&provider, &run, "1184".into(), 42, None);
+    assert!(refund(none.await).is_replay());
+    assert_eq!(provider.calls_received(), 1);
+}
+
+#[tokio::test]
+async fn a_repeat_whose_arguments_carry_a_new_call_id_is_a_replay() {
+    let provider = Provider::default();
+    let run = run("call-id-field");
+    let args = |call: &str, why: &str| RefundArgs {
+        order_id: "1185".into(),
+        usd: 42,
+        call: CallId::new(call),
+        why: FreeText::new(why.into()),
+    };
+    let first = refund_with_args(&provider, &run, args("c1", "customer asked"));
+    assert!(refund(first.await).is_fresh());
+    let again = refund_with_args(&provider, &run, args("c2", "please refund"));
+    assert!(refund(again.await).is_replay());
+    assert_eq!(provider.calls_received(), 1);
+}
+
+// ---------------------------------------------------------------------------
+// A type of the user's own named `...Context` is part of the ask.
+
+#[derive(Serialize)]
+struct RefundContext {
+    usd: u64,
+}
+
+#[idempotent(key = "<run>:refund:<order_id>")]
+async fn refund_in_context(
+    #[context] provider: &Provider,
+    run: &Run,
+    order_id: String,
+    refund: RefundContext,
+) -> Result<Outcome<Refund>, ShopError> {
+    let _ = run;
+    Ok(provider.refund(&order_id, refund.usd, None).await?)
+}
+
+#[tokio::test]
+async fn a_user_type_named_context_is_fingerprinted_so_41_after_42_is_a_conflict() {
+    let provider = Provider::default();
+    let run = run("user-context");
+    let usd = |usd| RefundContext { usd };
+    let first = refund_in_context(&provider, &run, "1186".into(), usd(42));
+    assert!(refund(first.await).is_fresh());
+    let other = refund(refund_in_context(&provider, &run, "1186".into(), usd(41)).await);
+    assert!(
+        matches!(
+            other,
+            Outcome::Conflict {
+                reason: ConflictReason::Arguments,
+                ..
+            }
+        ),
+        "$41 after $42 must be a conflict, got {other:?}"
+    );
+    assert_eq!(provider.calls_received(), 1);
+}
+
+// ---------------------------------------------------------------------------
+// A counter from code: the second refund of one order in one run.
+
+/// `refund_no` is assigned by the application (1 for the first refund of an
+/// order in this run, 2 once a second one is approved), never by the model.
+#[idempotent(key = "<run>:refund:<order_id>:<refund_no>")]
+async fn refund_numbered(
+    #[context] provider: &Provider,
+    run: &Run,
+    order_id: String,
+    refund_no: u32,
+    usd: u64,
+    #[free_text] reason: String,
+) -> Result<Outcome<Refund>, ShopError> {
+    let _ = (run, reason);
+    Ok(provider.refund(&order_id, usd, None).await?)
+}
+
+#[tokio::test]
+async fn a_second_refund_numbered_by_the_application_acts_and_its_repeats_do_not() {
+    let provider = Provider::default();
+    let run = run("counter-by-hand");
+    let ask = |refund_no, reason: &str| {
+        refund_numbered(&provider, &run, "1187".into(), refund_no, 10, reason.into())
+    };
+    assert!(refund(ask(1, "damaged").await).is_fresh());
+    assert!(refund(ask(1, "it arrived damaged").await).is_replay());
+    // The application approves a second refund of the order.
+    assert!(refund(ask(2, "still damaged").await).is_fresh());
+    assert!(refund(ask(2, "refund again").await).is_replay());
+    assert_eq!(provider.refunds_of("1187"), 2);
+}
+
+// ---------------------------------------------------------------------------
+// `#[tracing::instrument]` stacked with `#[idempotent]`, in either order.
+
+#[tracing::instrument(skip(provider))]
+#[idempotent(key = "<run>:refund:<order_id>")]
+async fn instrumented_above(
+    #[context] provider: &Provider,
+    run: &Run,
+    order_id: String,
+    usd: u64,
+) -> Result<Outcome<Refund>, ShopError> {
+    Ok(provider.refund(&order_id, usd, None).await?)
+}
+
+#[idempotent(key = "<run>:refund:<order_id>")]
+#[tracing::instrument(skip(provider), err)]
+async fn instrumented_below(
+    #[context] provider: &Provider,
+    run: &Run,
+    order_id: String,
+    usd: u64,
+) -> Result<Outcome<Refund>, ShopError> {
+    Ok(provider.refund(&order_id, usd, None).await?)
+}
+
+#[tokio::test]
+async fn instrument_above_the_guard_refunds_once() {
+    let provider = Provider::default();
+    let run = run("instrument-above");
+    let call = || instrumented_above(&provider, &run, "1188".into(), 42);
+    assert!(refund(call().await).is_fresh());
+    assert!(refund(call().await).is_replay());
+    assert_eq!(provider.refunds_of("1188"), 1);
+}
+
+#[tokio::test]
+async fn instrument_below_the_guard_refunds_once() {
+    let provider = Provider::default();
+    let run = run("instrument-below");
+    let call = || instrumented_below(&provider, &run, "1189".into(), 42);
+    assert!(refund(call().await).is_fresh());
+    assert!(refund(call().await).is_replay());
+    assert_eq!(provider.refunds_of("1189"), 1);
+}
