@@ -12,9 +12,9 @@
 //! cargo run --example mcp_refund
 //! ```
 
-use idempotent::rmcp::{ResolvesRuns, STATUS_META_KEY};
-use idempotent::testing::{Provider, ProviderError, Refund};
-use idempotent::{FreeText, Outcome, Run, idempotent};
+use idempotent_tools::rmcp::{ResolvesRuns, STATUS_META_KEY};
+use idempotent_tools::testing::{Provider, ProviderError, Refund};
+use idempotent_tools::{FreeText, Outcome, Run, idempotent};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
@@ -42,7 +42,7 @@ struct RefundArgs {
 #[derive(Debug, thiserror::Error)]
 enum RefundError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
     #[error(transparent)]
     Provider(#[from] ProviderError),
 }
@@ -82,7 +82,7 @@ impl Shop {
     ) -> Result<Outcome<Refund>, RefundError> {
         let _ = run;
         // The guard's key is also the provider's idempotency key.
-        let key = idempotent::current_key().map(|key| key.provider_key().into_owned());
+        let key = idempotent_tools::current_key().map(|key| key.provider_key().into_owned());
         Ok(self
             .provider
             .refund(&args.order_id, args.usd, key.as_deref())

@@ -19,9 +19,9 @@ use std::net::SocketAddr;
 
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
-use idempotent::rmcp::{ResolvesRuns, RunHeaderLayer};
-use idempotent::testing::{Provider, ProviderError, Refund};
-use idempotent::{FreeText, Outcome, Run, idempotent};
+use idempotent_tools::rmcp::{ResolvesRuns, RunHeaderLayer};
+use idempotent_tools::testing::{Provider, ProviderError, Refund};
+use idempotent_tools::{FreeText, Outcome, Run, idempotent};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{ContentBlock, IntoContents, ServerCapabilities, ServerConfig};
@@ -46,7 +46,7 @@ struct RefundArgs {
 #[derive(Debug, thiserror::Error)]
 enum RefundError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
     #[error(transparent)]
     Provider(#[from] ProviderError),
 }
@@ -79,7 +79,7 @@ impl Shop {
         run: Run,
         Parameters(args): Parameters<RefundArgs>,
     ) -> Result<Outcome<Refund>, RefundError> {
-        let key = idempotent::current_key().map(|key| key.provider_key().into_owned());
+        let key = idempotent_tools::current_key().map(|key| key.provider_key().into_owned());
         let refund = self
             .provider
             .refund(&args.order_id, args.usd, key.as_deref())

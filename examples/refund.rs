@@ -14,15 +14,15 @@ use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use idempotent::testing::{
+use idempotent_tools::testing::{
     Provider, ProviderError, Refund, Runner, ScriptedModel, ToolCall, ToolResult, Tools, Transcript,
 };
-use idempotent::{CallId, MemoryStore, Outcome, Run, idempotent};
+use idempotent_tools::{CallId, MemoryStore, Outcome, Run, idempotent};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 #[tokio::main]
-async fn main() -> Result<(), idempotent::Error> {
+async fn main() -> Result<(), idempotent_tools::Error> {
     print!("{}", table().await?);
     Ok(())
 }
@@ -31,7 +31,7 @@ async fn main() -> Result<(), idempotent::Error> {
 const RUN: &str = "run-1";
 
 /// Plays each version of the tool against the model that repeats itself.
-pub async fn table() -> Result<Table, idempotent::Error> {
+pub async fn table() -> Result<Table, idempotent_tools::Error> {
     // A step's tool calls run at the same time, as the AI SDK's `Promise.all` runs them.
     let together = Runner::new().in_run(Run::new(RUN)?);
     let one_at_a_time = together.clone().tool_call_concurrency(1);
@@ -167,7 +167,7 @@ pub enum PayError {
     #[error(transparent)]
     Provider(#[from] ProviderError),
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 /// What a version with its own check tells the model on a repeat.
@@ -251,7 +251,7 @@ impl Shop {
         #[free_text] _reason: String,
     ) -> Result<Outcome<Refund>, PayError> {
         // The guard's key, handed on: a retry after a lost answer is deduplicated there too.
-        let key = idempotent::current_key().map(|key| key.provider_key().into_owned());
+        let key = idempotent_tools::current_key().map(|key| key.provider_key().into_owned());
         Ok(self.provider.refund(&order_id, usd, key.as_deref()).await?)
     }
 }

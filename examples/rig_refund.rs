@@ -12,9 +12,9 @@
 
 use std::sync::LazyLock;
 
-use idempotent::rig::{InRun, context};
-use idempotent::testing::{Provider, ProviderError, Refund};
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::rig::{InRun, context};
+use idempotent_tools::testing::{Provider, ProviderError, Refund};
+use idempotent_tools::{Outcome, Run, idempotent};
 use rig_agent::test_utils::{MockCompletionModel, MockTurn};
 use rig_agent::{Agent, AgentBuilder};
 use rig_core::completion::{AssistantContent, Message};
@@ -31,7 +31,7 @@ static PROVIDER: LazyLock<Provider> = LazyLock::new(Provider::new);
 #[derive(Debug, thiserror::Error)]
 enum RefundError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
     #[error(transparent)]
     Provider(#[from] ProviderError),
 }
@@ -59,7 +59,7 @@ async fn refund_order(
     let _ = reason;
     // The guard's key, handed on as the provider's idempotency key: a retry
     // after a lost reply gets the refund that was made, not a second one.
-    let key = idempotent::current_key().map(|key| key.provider_key().into_owned());
+    let key = idempotent_tools::current_key().map(|key| key.provider_key().into_owned());
     Ok(PROVIDER.refund(&order_id, usd, key.as_deref()).await?)
 }
 

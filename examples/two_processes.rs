@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 
-use idempotent::store::{PostgresStore, SqliteStore};
-use idempotent::{Outcome, Run, Store, idempotent};
+use idempotent_tools::store::{PostgresStore, SqliteStore};
+use idempotent_tools::{Outcome, Run, Store, idempotent};
 
 type Failure = Box<dyn std::error::Error + Send + Sync>;
 
@@ -33,7 +33,7 @@ impl Shop {
         &self,
         order_id: String,
         usd: u64,
-    ) -> Result<Outcome<String>, idempotent::Error> {
+    ) -> Result<Outcome<String>, idempotent_tools::Error> {
         Ok(refund_at_provider(&self.provider, &order_id, usd))
     }
 }

@@ -9,14 +9,14 @@
 //! ```
 //! use std::sync::atomic::{AtomicUsize, Ordering};
 //!
-//! use idempotent::{Outcome, Run, idempotent};
+//! use idempotent_tools::{Outcome, Run, idempotent};
 //!
 //! static REFUNDS_SENT: AtomicUsize = AtomicUsize::new(0);
 //!
 //! #[derive(Debug, thiserror::Error)]
 //! enum PayError {
 //!     #[error(transparent)]
-//!     Idempotency(#[from] idempotent::Error),
+//!     Idempotency(#[from] idempotent_tools::Error),
 //! }
 //!
 //! /// `<run>` is the agent run in scope; `reason` is the model's wording,
@@ -51,18 +51,18 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub use idempotent_runtime::*;
+pub use idempotent_tools_runtime::*;
 
 /// Makes an async tool carry out its action once per ask.
 ///
 /// ```
-/// use idempotent::{idempotent, Outcome, Run};
+/// use idempotent_tools::{idempotent, Outcome, Run};
 /// use serde::{Deserialize, Serialize};
 ///
 /// #[derive(Debug, thiserror::Error)]
 /// enum PayError {
 ///     #[error(transparent)]
-///     Idempotency(#[from] idempotent::Error),
+///     Idempotency(#[from] idempotent_tools::Error),
 /// }
 ///
 /// #[derive(Clone, Serialize, Deserialize)]
@@ -88,12 +88,12 @@ pub use idempotent_runtime::*;
 /// assert!(again.is_replay());
 /// # Ok(()) }
 /// ```
-pub use idempotent_macros::idempotent;
+pub use idempotent_tools_macros::idempotent;
 
 /// Lets a newtype or a fieldless enum be part of an idempotency key.
 ///
 /// ```
-/// use idempotent::{Key, KeyPart};
+/// use idempotent_tools::{Key, KeyPart};
 ///
 /// #[derive(KeyPart)]
 /// struct OrderId(u64);
@@ -112,6 +112,6 @@ pub use idempotent_macros::idempotent;
 ///     .finish()?;
 /// assert_eq!(key.as_str(), "1182:eur");
 /// # let _ = Currency::Usd;
-/// # Ok::<(), idempotent::Error>(())
+/// # Ok::<(), idempotent_tools::Error>(())
 /// ```
-pub use idempotent_macros::KeyPart;
+pub use idempotent_tools_macros::KeyPart;

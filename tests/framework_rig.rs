@@ -8,9 +8,9 @@ mod frameworks_common;
 use std::sync::LazyLock;
 
 use frameworks_common::{ShopError, provider_key};
-use idempotent::rig::{InRun, context, run_of};
-use idempotent::testing::{Provider, Refund};
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::rig::{InRun, context, run_of};
+use idempotent_tools::testing::{Provider, Refund};
+use idempotent_tools::{Outcome, Run, idempotent};
 use rig_agent::test_utils::{MockCompletionModel, MockTurn};
 use rig_agent::{Agent, AgentBuilder};
 use rig_core::completion::{AssistantContent, Message};
@@ -267,7 +267,7 @@ fn assert_one_fresh_then_replays(results: &[ToolResult]) {
         .iter()
         .find(|r| status(r).as_deref() == Some("replay"));
     let note = replay.map(|r| shown(r)[0]["value"]["note"].clone());
-    assert_eq!(note, Some(json!(idempotent::DEFAULT_REPLAY_NOTE)));
+    assert_eq!(note, Some(json!(idempotent_tools::DEFAULT_REPLAY_NOTE)));
 }
 
 // ---------------------------------------------------------------------------

@@ -6,8 +6,8 @@
 
 mod mcp_common;
 
-use idempotent::rmcp::{RunPolicy, RunSource};
-use idempotent::testing::Provider;
+use idempotent_tools::rmcp::{RunPolicy, RunSource};
+use idempotent_tools::testing::Provider;
 use mcp_common::{Headers, Protocol, call, connect_http, refund, serve_http, status};
 use rmcp::service::ServiceError;
 

@@ -2,8 +2,8 @@
 //! call id or an argument that would be fingerprinted wrongly, a counter the
 //! model could move. Every test counts what reached the stand-in provider.
 
-use idempotent::testing::{Provider, ProviderError, Refund};
-use idempotent::{CallId, ConflictReason, Error, FreeText, Outcome, Run, idempotent};
+use idempotent_tools::testing::{Provider, ProviderError, Refund};
+use idempotent_tools::{CallId, ConflictReason, Error, FreeText, Outcome, Run, idempotent};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]

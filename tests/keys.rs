@@ -1,6 +1,6 @@
 //! Keys are injective, bounded for providers, and stable.
 
-use idempotent::{Error, Key, KeyError, PROVIDER_KEY_MAX};
+use idempotent_tools::{Error, Key, KeyError, PROVIDER_KEY_MAX};
 use proptest::prelude::*;
 
 fn refund_key(run: &str, order: &str, line: u32) -> Result<Key, Error> {

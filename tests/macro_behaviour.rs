@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use idempotent::{ConflictReason, Error, MemoryStore, Outcome, Run, current_key, idempotent};
+use idempotent_tools::{ConflictReason, Error, MemoryStore, Outcome, Run, current_key, idempotent};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Barrier, Notify, Semaphore};
 
@@ -218,7 +218,7 @@ async fn a_repeat_after_completion_is_a_replay_with_the_recorded_result() {
     assert!(first.is_fresh());
     assert!(again.is_replay());
     assert_eq!(again.value(), first.value());
-    assert_eq!(again.note(), Some(idempotent::DEFAULT_REPLAY_NOTE));
+    assert_eq!(again.note(), Some(idempotent_tools::DEFAULT_REPLAY_NOTE));
     assert_eq!(provider.calls(), 1);
 }
 
@@ -371,7 +371,7 @@ async fn other_arguments_after_completion_are_a_conflict_with_the_first_result()
         } => {
             assert_eq!(reason, ConflictReason::Arguments);
             assert_eq!(seen.as_ref(), first.value());
-            assert_eq!(note, idempotent::DEFAULT_CONFLICT_NOTE);
+            assert_eq!(note, idempotent_tools::DEFAULT_CONFLICT_NOTE);
         }
         other => panic!("expected a conflict, got {other:?}"),
     }

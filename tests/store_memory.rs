@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use adversarial::{Provider, fresh_run, refund_call, refund_key, refunds};
-use idempotent::{Call, Error, Key, MemoryStore, Run, Store};
+use idempotent_tools::{Call, Error, Key, MemoryStore, Run, Store};
 
 async fn memory() -> Option<Arc<dyn Store>> {
     Some(Arc::new(MemoryStore::new()))
@@ -118,7 +118,7 @@ fn an_empty_run_is_refused() {
 #[tokio::test]
 async fn the_default_store_can_be_switched_in_one_line() {
     let store = Arc::new(MemoryStore::new());
-    idempotent::set_default_store(store.clone());
+    idempotent_tools::set_default_store(store.clone());
     let run = fresh_run();
     let _ = Call::new("shop::refund_order", refund_key(&run, "1182"))
         .run(async { Ok::<_, Error>(()) })
@@ -174,5 +174,5 @@ async fn expired_records_are_swept_when_no_call_comes() {
 
 #[test]
 fn a_duplicate_waits_longer_than_a_crashed_holders_lease() {
-    assert!(idempotent::DEFAULT_WAIT > idempotent::DEFAULT_LEASE);
+    assert!(idempotent_tools::DEFAULT_WAIT > idempotent_tools::DEFAULT_LEASE);
 }

@@ -21,10 +21,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use adversarial::{Provider, fresh_run, refund_call, refund_key, refunds, usd};
 use durable::{Durable, TOOL, claimed, finished, in_flight, request};
-use idempotent::store::PostgresStore;
-use idempotent::store::postgres::deadpool_postgres;
-use idempotent::store::postgres::tokio_postgres::{self, Config, NoTls};
-use idempotent::{ClaimRequest, ClaimState, ConflictReason, Error, Store, StoreError, ToolId};
+use idempotent_tools::store::PostgresStore;
+use idempotent_tools::store::postgres::deadpool_postgres;
+use idempotent_tools::store::postgres::tokio_postgres::{self, Config, NoTls};
+use idempotent_tools::{
+    ClaimRequest, ClaimState, ConflictReason, Error, Store, StoreError, ToolId,
+};
 use multiprocess::Scene;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -581,7 +583,7 @@ async fn migrating_from_several_processes_at_once_succeeds() {
 }
 
 fn the_schema_a_dba_applies_by_hand_is_the_one_migrate_applies() {
-    let schema = idempotent::store::postgres::POSTGRES_SCHEMA;
+    let schema = idempotent_tools::store::postgres::POSTGRES_SCHEMA;
     assert!(schema.contains("CREATE TABLE IF NOT EXISTS idempotent_claims"));
     assert!(schema.contains("key_digest  bytea"));
     assert!(schema.contains("result      text"));

@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use adversarial::{Provider, fresh_run, refund_call, refunds};
 use durable::Durable;
-use idempotent::store::SqliteStore;
-use idempotent::store::sqlite::rusqlite;
-use idempotent::{Store, StoreError};
+use idempotent_tools::store::SqliteStore;
+use idempotent_tools::store::sqlite::rusqlite;
+use idempotent_tools::{Store, StoreError};
 use multiprocess::Scene;
 use tempfile::TempDir;
 

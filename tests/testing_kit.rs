@@ -5,11 +5,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idempotent::testing::{
+use idempotent_tools::testing::{
     Concurrency, Provider, ProviderError, Runner, ScriptedModel, ToolCall, Tools,
     assert_one_action, assert_same_key_for_same_ask,
 };
-use idempotent::{CallId, Run};
+use idempotent_tools::{CallId, Run};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::{Barrier, Notify};

@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use cached::proc_macro::cached;
 use dashmap::DashMap;
-use idempotent::{Fingerprint, MemoryStore, Run};
 use idempotent_benches::{
     AllocationCounts, CountingAlloc, Network, Provider, Refund, RefundError, allocations_per_call,
     bench_run, count_allocations, current_thread, plain_key, refund, refund_guarded, refund_key,
     refund_tool, render_plain_key,
 };
+use idempotent_tools::{Fingerprint, MemoryStore, Run};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -105,7 +105,7 @@ fn main() {
         }),
     );
     let long = "sku:Ünïcode/ 42-".repeat(64);
-    let long_key = idempotent::Key::builder()
+    let long_key = idempotent_tools::Key::builder()
         .part("run", &run)
         .and_then(|b| b.literal(":ship:"))
         .and_then(|b| b.part("items", &long))
@@ -114,7 +114,7 @@ fn main() {
     row(
         "key, long (1 KiB part, escaped)",
         per_call_sync(|_| {
-            let _ = idempotent::Key::builder()
+            let _ = idempotent_tools::Key::builder()
                 .part("run", &run)
                 .and_then(|b| b.literal(":ship:"))
                 .and_then(|b| b.part("items", &long))

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use idempotent::{MemoryStore, Run};
 use idempotent_benches::{Network, Provider, bench_run, multi_thread, refund, refund_tool};
+use idempotent_tools::{MemoryStore, Run};
 use tokio::runtime::Runtime;
 
 /// Calls each task makes in one round.

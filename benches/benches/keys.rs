@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use idempotent::{Fingerprint, Key, Run};
 use idempotent_benches::{bench_run, plain_key, refund_key};
+use idempotent_tools::{Fingerprint, Key, Run};
 
 /// A short key as most tools write it: `<run>:refund:<order_id>`.
 fn short(run: &Run) -> Key {
@@ -24,7 +24,7 @@ fn long_value() -> String {
     "sku:Ünïcode/ 42-".repeat(64)
 }
 
-fn long_key(run: &Run, value: &str) -> Result<Key, idempotent::Error> {
+fn long_key(run: &Run, value: &str) -> Result<Key, idempotent_tools::Error> {
     Key::builder()
         .part("run", run)?
         .literal(":ship:")?

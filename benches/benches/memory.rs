@@ -13,11 +13,11 @@ use cached::proc_macro::cached;
 use criterion::{Criterion, criterion_group, criterion_main};
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
-use idempotent::{MemoryStore, Run};
 use idempotent_benches::{
     Network, Provider, Refund, RefundError, bench_run, current_thread, plain_key, refund,
     refund_guarded, refund_guarded_for, refund_tool, render_plain_key,
 };
+use idempotent_tools::{MemoryStore, Run};
 use tokio::runtime::Runtime;
 
 /// Order ids with the same number of digits throughout a run, so that every

@@ -22,12 +22,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use idempotent::{
-    ClaimRequest, ClaimState, DEFAULT_LEASE, DEFAULT_RETENTION, Fingerprint, Key, PostgresStore,
-    Run, Store, ToolId,
-};
 use idempotent_benches::{
     Network, Provider, TOOL, bench_run, multi_thread, refund_key, refund_tool,
+};
+use idempotent_tools::{
+    ClaimRequest, ClaimState, DEFAULT_LEASE, DEFAULT_RETENTION, Fingerprint, Key, PostgresStore,
+    Run, Store, ToolId,
 };
 use tokio::runtime::Runtime;
 
@@ -81,17 +81,17 @@ fn bench_url(base: &str) -> String {
     format!("{base}{sep}options=-c%20search_path%3D{SCHEMA}")
 }
 
-async fn admin(base: &str, sql: &str) -> Result<(), idempotent::StoreError> {
+async fn admin(base: &str, sql: &str) -> Result<(), idempotent_tools::StoreError> {
     let store = PostgresStore::connect(base).await?;
     let client = store
         .pool()
         .get()
         .await
-        .map_err(|e| idempotent::StoreError::Unavailable(Box::new(e)))?;
+        .map_err(|e| idempotent_tools::StoreError::Unavailable(Box::new(e)))?;
     client
         .batch_execute(sql)
         .await
-        .map_err(|e| idempotent::StoreError::Backend(Box::new(e)))
+        .map_err(|e| idempotent_tools::StoreError::Backend(Box::new(e)))
 }
 
 /// Times `iters` sequential calls of `call`.
@@ -380,12 +380,12 @@ fn main() {
             .pool()
             .get()
             .await
-            .map_err(|e| idempotent::StoreError::Unavailable(Box::new(e)))?;
+            .map_err(|e| idempotent_tools::StoreError::Unavailable(Box::new(e)))?;
         client
             .batch_execute(PLAIN_TABLE)
             .await
-            .map_err(|e| idempotent::StoreError::Backend(Box::new(e)))?;
-        Ok::<_, idempotent::StoreError>(Arc::new(store))
+            .map_err(|e| idempotent_tools::StoreError::Backend(Box::new(e)))?;
+        Ok::<_, idempotent_tools::StoreError>(Arc::new(store))
     });
     let store = store.unwrap_or_else(|e| panic!("cannot set the benchmark schema up: {e}"));
 

@@ -14,10 +14,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use idempotent::store::SqliteStore;
-use idempotent::store::sqlite::rusqlite::{self, Connection, params};
-use idempotent::{Key, Run};
 use idempotent_benches::{Network, Provider, bench_run, multi_thread, refund_key, refund_tool};
+use idempotent_tools::store::SqliteStore;
+use idempotent_tools::store::sqlite::rusqlite::{self, Connection, params};
+use idempotent_tools::{Key, Run};
 use tokio::runtime::Runtime;
 
 /// Order ids never repeat within a process, so every fresh call is new.

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use idempotent::{Call, DEFAULT_RETENTION, Fingerprint, Key, Outcome, Run, Store, idempotent};
+use idempotent_tools::{
+    Call, DEFAULT_RETENTION, Fingerprint, Key, Outcome, Run, Store, idempotent,
+};
 use serde::{Deserialize, Serialize};
 
 /// The tool id the by-hand guard records.
@@ -37,7 +39,7 @@ pub struct Refund {
 pub enum RefundError {
     /// The guard failed.
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 /// How the stand-in provider's "network" behaves.
@@ -89,7 +91,7 @@ pub async fn refund(provider: &Provider, order_id: u64, usd: u64) -> Result<Refu
 }
 
 /// The refund's key, `<run>:refund:<order_id>`, built as the guard builds it.
-pub fn refund_key(run: &Run, order_id: u64) -> Result<Key, idempotent::Error> {
+pub fn refund_key(run: &Run, order_id: u64) -> Result<Key, idempotent_tools::Error> {
     Key::builder()
         .part("run", run)?
         .literal(":refund:")?

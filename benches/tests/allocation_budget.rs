@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use idempotent::MemoryStore;
 use idempotent_benches::{
     CountingAlloc, Network, Provider, allocations_per_call, bench_run, current_thread, refund,
     refund_guarded, refund_tool,
 };
+use idempotent_tools::MemoryStore;
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;

@@ -62,7 +62,7 @@ const UNITS: &[(&str, u64)] = &[
     ("d", 86_400_000),
 ];
 
-/// What a takeover from a crashed holder does (`idempotent::Takeover`).
+/// What a takeover from a crashed holder does (`idempotent_tools::Takeover`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Takeover {
     Rerun,
@@ -203,7 +203,7 @@ pub fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
                 None => errors.add(
                     name.span(),
                     "`store` names the store for this call site: write `store = <expression>`, \
-                     anything that implements `idempotent::IntoStore`, such as `store = &self.store`",
+                     anything that implements `idempotent_tools::IntoStore`, such as `store = &self.store`",
                 ),
             },
             "retention" => args.retention = duration(&name, value, Zero::Refuse, errors),
@@ -282,7 +282,7 @@ fn key(name: &Ident, value: Option<Expr>, errors: &mut Errors) -> Option<LitStr>
                 value.span(),
                 "`key` takes a string literal, such as `key = \"<run>:refund:<order_id>\"`: the \
                  template is checked against the arguments while the crate compiles, so it cannot \
-                 be an expression. To build a key at run time, use `idempotent::Call` by hand",
+                 be an expression. To build a key at run time, use `idempotent_tools::Call` by hand",
             );
             None
         }

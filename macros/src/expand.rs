@@ -5,7 +5,7 @@
 //!    value checked as a `KeyPart` at the key string;
 //! 2. the fingerprint of every argument that is neither in the key nor free
 //!    text, a call id or context, each checked as `Serialize` at its type;
-//! 3. the call site's options on an `idempotent::Call`;
+//! 3. the call site's options on an `idempotent_tools::Call`;
 //! 4. the original body, as an `async move` block, handed to the guard.
 //!
 //! If the key cannot be built (no run in scope, an empty value), the tool
@@ -21,6 +21,7 @@ use syn::{Ident, ItemFn, LitStr, Type};
 use crate::args::{self, Args, Takeover};
 use crate::errors::Errors;
 use crate::item::{self, FnTokens};
+use crate::krate::Krate;
 use crate::params::{self, Params, Role};
 use crate::template::{self, Segment};
 use crate::validate::{self, Key, Part};
@@ -92,6 +93,7 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
 
 /// The body of a refused function. It never runs: the crate does not build.
 fn refused_body(func: &ItemFn, params: &Params, keyed: &[&str], body: &Group) -> TokenStream {
+    let krate = Krate::find();
     // The arguments the key and the fingerprint would have read count as
     // used, so that the refusal adds no warnings of its own.
     let used = params
@@ -105,13 +107,14 @@ fn refused_body(func: &ItemFn, params: &Params, keyed: &[&str], body: &Group) ->
         Some((ret, asyncness)) => {
             let ret_span = ret.span();
             let ret = respan(ret.to_token_stream(), ret_span);
+            let krate = krate.at(ret_span);
             Some(if asyncness {
                 quote_spanned!(ret_span=>
-                    ::idempotent::__private::unguarded::<#ret, _>(async move #block).await
+                    #krate::__private::unguarded::<#ret, _>(async move #block).await
                 )
             } else {
                 quote_spanned!(ret_span=>
-                    ::idempotent::__private::unguarded_sync::<#ret, _>(move || #block)
+                    #krate::__private::unguarded_sync::<#ret, _>(move || #block)
                 )
             })
         }
@@ -147,6 +150,7 @@ fn guarded_body(
     fn_name: &Ident,
     body: &Group,
 ) -> TokenStream {
+    let krate = Krate::find();
     let (inner_attrs, block) = split_body(body);
     let def = Span::mixed_site();
     let call = Ident::new("__idempotent_call", def);
@@ -162,7 +166,8 @@ fn guarded_body(
         Part::Literal(text) => quote_spanned!(def=> .literal(#text)?),
         Part::RunScope => quote_spanned!(def=> .run()?),
         Part::Value { name, value } => {
-            let check = quote_spanned!(key_span=> ::idempotent::__private::key_part(&#value));
+            let krate = krate.at(key_span);
+            let check = quote_spanned!(key_span=> #krate::__private::key_part(&#value));
             quote_spanned!(def=> .part(#name, #check)?)
         }
     });
@@ -176,7 +181,8 @@ fn guarded_body(
             let name = name.strip_prefix("r#").unwrap_or(&name);
             let at = Span::call_site().located_at(b.type_span);
             let ident = &b.ident;
-            let check = quote_spanned!(at=> ::idempotent::__private::fingerprinted(&#ident));
+            let krate = krate.at(at);
+            let check = quote_spanned!(at=> #krate::__private::fingerprinted(&#ident));
             quote_spanned!(def=> .arg(#name, #check)?)
         });
 
@@ -185,11 +191,13 @@ fn guarded_body(
     let options = options(args, def);
     // The call that carries every bound on the tool's types is located at
     // its return type, so that a bound that fails is reported there once.
+    let at_ret = krate.at(ret_span);
     let run = if args.record_errors {
-        quote_spanned!(ret_span=> ::idempotent::__private::run_recording_errors::<#ret, _>)
+        quote_spanned!(ret_span=> #at_ret::__private::run_recording_errors::<#ret, _>)
     } else {
-        quote_spanned!(ret_span=> ::idempotent::__private::run::<#ret, _>)
+        quote_spanned!(ret_span=> #at_ret::__private::run::<#ret, _>)
     };
+    let krate = krate.at(def);
     let run = quote_spanned!(ret_span=> #run(#call, async move #block).await);
 
     // The call is prepared in a statement of its own: the closure's borrows
@@ -197,11 +205,11 @@ fn guarded_body(
     // of it is held across an `.await`.
     quote_spanned! {def=>
         #inner_attrs
-        let #call = (|| -> ::core::result::Result<::idempotent::Call, ::idempotent::Error> {
-            let #key_var = ::idempotent::Key::builder() #(#key_steps)* .finish()?;
+        let #call = (|| -> ::core::result::Result<#krate::Call, #krate::Error> {
+            let #key_var = #krate::Key::builder() #(#key_steps)* .finish()?;
             ::core::result::Result::Ok(
-                ::idempotent::Call::new(#tool, #key_var)
-                    .fingerprint(::idempotent::Fingerprint::builder() #(#fingerprint_steps)* .finish())
+                #krate::Call::new(#tool, #key_var)
+                    .fingerprint(#krate::Fingerprint::builder() #(#fingerprint_steps)* .finish())
                     #options
             )
         })();
@@ -215,6 +223,7 @@ fn guarded_body(
 /// two types in one module may each guard a method of one name: `Tool::call`
 /// of a refund and of a cancel must never replay each other.
 fn tool_identity(args: &Args, params: &Params, fn_name: &Ident, def: Span) -> TokenStream {
+    let krate = Krate::find();
     if let Some(tool) = &args.tool {
         return quote!(#tool);
     }
@@ -224,15 +233,17 @@ fn tool_identity(args: &Args, params: &Params, fn_name: &Ident, def: Span) -> To
         return quote_spanned!(def=> ::core::concat!(::core::module_path!(), "::", #name));
     }
     let site = Ident::new("__IDEMPOTENT_TOOL", def);
+    let krate = krate.at(def);
     quote_spanned! {def=> {
-        static #site: ::idempotent::__private::MethodTool =
-            ::idempotent::__private::MethodTool::new(::core::module_path!(), #name);
+        static #site: #krate::__private::MethodTool =
+            #krate::__private::MethodTool::new(::core::module_path!(), #name);
         #site.get(::core::any::type_name::<Self>())
     }}
 }
 
-/// The call site's policy, as builder calls on `idempotent::Call`.
+/// The call site's policy, as builder calls on `idempotent_tools::Call`.
 fn options(args: &Args, def: Span) -> TokenStream {
+    let krate = Krate::find();
     let mut out = TokenStream::new();
     if let Some(store) = &args.store {
         out.extend(quote!(.store(#store)));
@@ -256,7 +267,8 @@ fn options(args: &Args, def: Span) -> TokenStream {
             Takeover::Rerun => quote!(Rerun),
             Takeover::ReportUnknown => quote!(ReportUnknown),
         };
-        out.extend(quote_spanned!(def=> .takeover(::idempotent::Takeover::#variant)));
+        let krate = krate.at(def);
+        out.extend(quote_spanned!(def=> .takeover(#krate::Takeover::#variant)));
     }
     if let Some(note) = &args.note {
         out.extend(quote_spanned!(def=> .replay_note(#note)));

@@ -6,7 +6,7 @@
 //! struct of several fields would need a separator between them, which a
 //! template states better (`<args.a>:<args.b>`).
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Attribute, Data, DeriveInput, Fields, LitStr, Meta};
@@ -16,6 +16,7 @@ use crate::errors::Errors;
 /// Writes the impl, or the errors next to nothing (a derive adds items; the
 /// type itself stays).
 pub fn derive(input: TokenStream) -> TokenStream {
+    let krate = crate::krate::Krate::find();
     let input: DeriveInput = match syn::parse2(input) {
         Ok(input) => input,
         Err(err) => return err.to_compile_error(),
@@ -38,7 +39,7 @@ pub fn derive(input: TokenStream) -> TokenStream {
                             "`#[derive(KeyPart)]` writes an enum as its variant's name, so \
                              `{}` cannot carry fields: two values with different fields would \
                              get one key. Key on the fields in the template instead, or \
-                             implement `idempotent::KeyPart` by hand",
+                             implement `idempotent_tools::KeyPart` by hand",
                             variant.ident
                         ),
                     );
@@ -87,7 +88,8 @@ pub fn derive(input: TokenStream) -> TokenStream {
     let bound = match &input.data {
         Data::Struct(data) if generic => data.fields.iter().next().map(|field| {
             let ty = &field.ty;
-            quote_spanned!(ty.span()=> #ty: ::idempotent::KeyPart,)
+            let krate = krate.at(ty.span());
+            quote_spanned!(ty.span()=> #ty: #krate::KeyPart,)
         }),
         _ => None,
     };
@@ -100,9 +102,10 @@ pub fn derive(input: TokenStream) -> TokenStream {
         (None, Some(bound)) => quote!(where #bound),
         (None, None) => quote!(),
     };
+    let krate = krate.at(Span::call_site());
     quote! {
-        impl #impl_generics ::idempotent::KeyPart for #ident #ty_generics #where_clause {
-            fn write_key_part(&self, out: &mut ::idempotent::KeyPartWriter<'_>) {
+        impl #impl_generics #krate::KeyPart for #ident #ty_generics #where_clause {
+            fn write_key_part(&self, out: &mut #krate::KeyPartWriter<'_>) {
                 #body
             }
         }
@@ -110,6 +113,7 @@ pub fn derive(input: TokenStream) -> TokenStream {
 }
 
 fn newtype(input: &DeriveInput, fields: &Fields, errors: &mut Errors) -> Option<TokenStream> {
+    let krate = crate::krate::Krate::find();
     let mut iter = fields.iter();
     match (iter.next(), iter.next()) {
         (Some(field), None) => {
@@ -127,7 +131,8 @@ fn newtype(input: &DeriveInput, fields: &Fields, errors: &mut Errors) -> Option<
                 Some(name) => quote!(self.#name),
                 None => quote!(self.0),
             };
-            let check = quote_spanned!(ty.span()=> <#ty as ::idempotent::KeyPart>::write_key_part);
+            let krate = krate.at(ty.span());
+            let check = quote_spanned!(ty.span()=> <#ty as #krate::KeyPart>::write_key_part);
             Some(quote!(#check(&#access, out)))
         }
         (None, _) => {
@@ -149,7 +154,7 @@ fn newtype(input: &DeriveInput, fields: &Fields, errors: &mut Errors) -> Option<
                     "`{}` has more than one field: `#[derive(KeyPart)]` is for newtypes (one field), \
                      since fields written one after another need a separator to stay apart. Key on \
                      each field in the template, as in `<args.a>:<args.b>`, or implement \
-                     `idempotent::KeyPart` by hand",
+                     `idempotent_tools::KeyPart` by hand",
                     input.ident
                 ),
             );

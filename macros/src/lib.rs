@@ -1,7 +1,7 @@
-//! The compile-time half of [`idempotent`](https://docs.rs/idempotent):
+//! The compile-time half of [`idempotent-tools`](https://docs.rs/idempotent-tools):
 //! `#[idempotent(key = "...")]` and `#[derive(KeyPart)]`.
 //!
-//! Use them through the `idempotent` crate, which re-exports both and holds
+//! Use them through the `idempotent-tools` crate, which re-exports both and holds
 //! the runtime the expansion calls into. The attribute checks the key
 //! template against the function's arguments while the crate compiles, so a
 //! key that could split one ask into two actions (free text, a tool-call id)
@@ -22,6 +22,7 @@ mod errors;
 mod expand;
 mod item;
 mod key_part;
+mod krate;
 mod params;
 mod suggest;
 mod template;

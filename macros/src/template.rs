@@ -6,7 +6,7 @@
 //! ```
 //!
 //! Besides the grammar, this module enforces the rules that make rendered
-//! keys injective, the same ones `idempotent::KeyBuilder` enforces at run
+//! keys injective, the same ones `idempotent_tools::KeyBuilder` enforces at run
 //! time: at least one placeholder, a separator character in every literal
 //! that follows a placeholder, and no `%` in literals.
 

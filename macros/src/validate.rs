@@ -284,7 +284,7 @@ pub fn signature<'a>(sig: &'a Signature, errors: &mut Errors) -> Option<&'a Type
 
     let needed = "the guard tells a fresh result from a replay or a conflict through \
                   `Outcome`, releases the claim when the body returns `Err`, and reports a store \
-                  failure or a missing run through `E`, which needs `From<idempotent::Error>`";
+                  failure or a missing run through `E`, which needs `From<idempotent_tools::Error>`";
     let Some(ret) = ret else {
         errors.add(
             name.span(),

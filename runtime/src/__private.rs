@@ -74,10 +74,10 @@ impl<O: ToolOutput, E> Returns for Result<O, E> {
 
 /// A tool's error type that can carry the guard's own errors.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot carry the errors of `#[idempotent]`: it does not implement `From<idempotent::Error>`",
-    label = "the tool's error type must take `idempotent::Error`",
+    message = "`{Self}` cannot carry the errors of `#[idempotent]`: it does not implement `From<idempotent_tools::Error>`",
+    label = "the tool's error type must take `idempotent_tools::Error`",
     note = "the guard reports through the tool's own error type when the store fails, when the key names `<run>` and no run is in scope, or when an identical call is still running past the wait deadline; the action is not run in each case",
-    note = "add a variant such as `#[error(transparent)] Idempotency(#[from] idempotent::Error)`, or implement `From<idempotent::Error>`"
+    note = "add a variant such as `#[error(transparent)] Idempotency(#[from] idempotent_tools::Error)`, or implement `From<idempotent_tools::Error>`"
 )]
 pub trait GuardError: From<Error> {}
 

@@ -5,7 +5,7 @@ use crate::store::StoreError;
 
 /// Why a guarded call did not run, or could not be recorded.
 ///
-/// A tool's own error type takes these with `From<idempotent::Error>`, so
+/// A tool's own error type takes these with `From<idempotent_tools::Error>`, so
 /// `#[idempotent]` can report them through the tool's `Result`. Every
 /// variant says whether the action ran ([`Error::action_ran`]): most did not
 /// run it at all; [`Error::NotRecorded`] and [`Error::LeaseLost`] come after
@@ -49,7 +49,7 @@ pub enum Error {
     #[error(
         "no run in scope: the key names `<run>`, so wrap the agent run in `Run::scope(..)`, \
          give the tool a `run` argument, or let the framework hand it over (rig: put it in the \
-         tool context with `idempotent::rig::context`; rmcp: take `run: Run` as an argument, which \
+         tool context with `idempotent_tools::rig::context`; rmcp: take `run: Run` as an argument, which \
          the server resolves from each request); the action was not run"
     )]
     MissingRun,
@@ -127,7 +127,7 @@ impl Error {
     /// happened.
     ///
     /// ```
-    /// use idempotent_runtime::Error;
+    /// use idempotent_tools::Error;
     ///
     /// assert_eq!(Error::MissingRun.action_ran(), Some(false));
     /// ```

@@ -20,12 +20,12 @@ use crate::text::fingerprinting;
 /// (`BTreeMap`) in arguments: a `HashMap` serializes in a random order.
 ///
 /// ```
-/// use idempotent_runtime::Fingerprint;
+/// use idempotent_tools::Fingerprint;
 ///
 /// let a = Fingerprint::builder().arg("usd", &42)?.finish();
 /// let b = Fingerprint::builder().arg("usd", &41)?.finish();
 /// assert_ne!(a, b);
-/// # Ok::<(), idempotent_runtime::Error>(())
+/// # Ok::<(), idempotent_tools::Error>(())
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Fingerprint(pub [u8; 16]);

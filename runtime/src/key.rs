@@ -28,7 +28,7 @@ const PROVIDER_KEY_PREFIX: usize = PROVIDER_KEY_MAX - 2 - 64;
 /// Cloning a key is cheap (a reference count).
 ///
 /// ```
-/// use idempotent_runtime::{Key, Run};
+/// use idempotent_tools::{Key, Run};
 ///
 /// let run = Run::new("run-7")?;
 /// let key = Key::builder()
@@ -37,7 +37,7 @@ const PROVIDER_KEY_PREFIX: usize = PROVIDER_KEY_MAX - 2 - 64;
 ///     .part("order_id", "1182:refund:7")?
 ///     .finish()?;
 /// assert_eq!(key.as_str(), "run-7:refund:1182%3Arefund%3A7");
-/// # Ok::<(), idempotent_runtime::Error>(())
+/// # Ok::<(), idempotent_tools::Error>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key(Arc<str>);
@@ -62,12 +62,12 @@ impl Key {
     /// digits), so a reduced key cannot equal a short one.
     ///
     /// ```
-    /// use idempotent_runtime::Key;
+    /// use idempotent_tools::Key;
     ///
     /// let long = "x".repeat(1000);
     /// let key = Key::builder().literal("refund:")?.part("order", &long)?.finish()?;
     /// assert_eq!(key.provider_key().len(), 255);
-    /// # Ok::<(), idempotent_runtime::Error>(())
+    /// # Ok::<(), idempotent_tools::Error>(())
     /// ```
     pub fn provider_key(&self) -> Cow<'_, str> {
         if self.0.len() <= PROVIDER_KEY_MAX {
@@ -181,7 +181,7 @@ pub enum KeyError {
 /// `#[derive(KeyPart)]` or by hand:
 ///
 /// ```
-/// use idempotent_runtime::{KeyPart, KeyPartWriter};
+/// use idempotent_tools::{KeyPart, KeyPartWriter};
 ///
 /// struct OrderId(u64);
 ///
@@ -204,7 +204,7 @@ pub enum KeyError {
     note = "a key must name the action the same way every time it is asked for",
     note = "model-authored free text (`FreeText<_>`, a reason or a note) is worded differently on each ask, so two identical asks would get two keys; key on ids instead, such as the run and the order id",
     note = "floats are refused because one amount can print several ways; key on integer minor units such as cents",
-    note = "for your own id type, `#[derive(KeyPart)]` or implement `idempotent::KeyPart`"
+    note = "for your own id type, `#[derive(KeyPart)]` or implement `idempotent_tools::KeyPart`"
 )]
 pub trait KeyPart {
     /// Writes this value's canonical text. The writer escapes it.

@@ -1,7 +1,7 @@
-//! The run-time half of [`idempotent`](https://docs.rs/idempotent): the
+//! The run-time half of [`idempotent-tools`](https://docs.rs/idempotent-tools): the
 //! claim-first guard, keys, runs, outcomes and stores.
 //!
-//! Most users depend on `idempotent` and write `#[idempotent(key = "...")]`;
+//! Most users depend on `idempotent-tools` and write `#[idempotent(key = "...")]`;
 //! this crate is what that attribute expands into, and it works by hand too
 //! (see [`Call`]).
 #![deny(missing_docs)]

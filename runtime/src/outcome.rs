@@ -24,7 +24,7 @@ pub const OTHER_TOOL_NOTE: &str =
 /// might retry with other arguments.
 ///
 /// ```
-/// use idempotent_runtime::Outcome;
+/// use idempotent_tools::Outcome;
 ///
 /// let replay = Outcome::Replay { value: 42, note: "already refunded".into() };
 /// assert_eq!(

@@ -21,10 +21,10 @@ tokio::task_local! {
 /// `run` uses that argument instead.
 ///
 /// ```
-/// use idempotent_runtime::Run;
+/// use idempotent_tools::Run;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), idempotent_runtime::Error> {
+/// # async fn main() -> Result<(), idempotent_tools::Error> {
 /// let run = Run::new("run-7")?;
 /// let seen = run.scope(async { Run::current() }).await;
 /// assert_eq!(seen.as_ref().map(Run::as_str), Some("run-7"));

@@ -40,7 +40,7 @@ pub(crate) fn fingerprinting<R>(f: impl FnOnce() -> R) -> R {
 /// reach it either (`<args.reason.0>` does not compile).
 ///
 /// ```
-/// use idempotent_runtime::FreeText;
+/// use idempotent_tools::FreeText;
 ///
 /// let reason: FreeText<String> = serde_json::from_str("\"customer asked\"")?;
 /// assert_eq!(reason.as_str(), "customer asked");
@@ -127,7 +127,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for FreeText<T> {
 /// and tracing.
 ///
 /// ```
-/// use idempotent_runtime::CallId;
+/// use idempotent_tools::CallId;
 ///
 /// let id = CallId::new("call_7");
 /// assert_eq!(id.as_str(), "call_7");

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use idempotent::{Call, ConflictReason, Error, Fingerprint, Key, Outcome, Run, Store};
+use idempotent_tools::{Call, ConflictReason, Error, Fingerprint, Key, Outcome, Run, Store};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Barrier, Notify};
 
@@ -609,7 +609,7 @@ pub async fn the_action_sees_its_own_key(store: Arc<dyn Store>) {
     let key = refund_key(&run, "1182");
     let seen = Call::new("shop::refund_order", key.clone())
         .store(&store)
-        .run(async { Ok::<_, PayError>(idempotent::current_key().map(|k| k.to_string())) })
+        .run(async { Ok::<_, PayError>(idempotent_tools::current_key().map(|k| k.to_string())) })
         .await
         .expect("outcome");
     assert_eq!(seen.into_value().flatten(), Some(key.to_string()));

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use idempotent::{
+use idempotent_tools::{
     Call, Claim, ClaimRequest, ClaimState, Error, Finished, Key, Outcome, Run, Store, StoreError,
     StoreFuture, StoreResult, Takeover,
 };

@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use idempotent::{
+use idempotent_tools::{
     Call, Claim, ClaimRequest, ClaimState, ConflictReason, Ending, Error, Finished, Key, Recorded,
     Run, Store, StoreError, StoreFuture, StoreResult, ToolId,
 };
@@ -109,7 +109,7 @@ pub async fn claimed(store: &dyn Store, req: ClaimRequest<'_>) -> Claim {
 }
 
 /// Claims a key someone else holds, and returns the wait.
-pub async fn in_flight(store: &dyn Store, key: &Key) -> idempotent::Wait {
+pub async fn in_flight(store: &dyn Store, key: &Key) -> idempotent_tools::Wait {
     match store
         .claim(request(key, Duration::from_secs(30)))
         .await

@@ -11,11 +11,11 @@ use std::task::{Context, Poll};
 use http::{HeaderName, HeaderValue, Request};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
-use idempotent::rmcp::{
+use idempotent_tools::rmcp::{
     Principal, ResolvesRuns, RunHeaderLayer, RunPolicy, STATUS_META_KEY, with_run,
 };
-use idempotent::testing::{Provider, ProviderError, Refund};
-use idempotent::{FreeText, Outcome, Run, idempotent};
+use idempotent_tools::testing::{Provider, ProviderError, Refund};
+use idempotent_tools::{FreeText, Outcome, Run, idempotent};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
@@ -40,7 +40,7 @@ use tower_layer::Layer;
 #[derive(Debug, thiserror::Error)]
 pub enum ShopError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
     #[error(transparent)]
     Provider(#[from] ProviderError),
 }
@@ -93,7 +93,7 @@ impl Shop {
         Parameters(args): Parameters<RefundArgs>,
     ) -> Result<Outcome<Refund>, ShopError> {
         let _ = run;
-        let key = idempotent::current_key().map(|key| key.provider_key().into_owned());
+        let key = idempotent_tools::current_key().map(|key| key.provider_key().into_owned());
         Ok(self
             .provider
             .refund(&args.order_id, args.usd, key.as_deref())

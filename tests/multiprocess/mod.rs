@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idempotent::{Call, Error, Fingerprint, Key, Outcome, Run, Store, Takeover};
+use idempotent_tools::{Call, Error, Fingerprint, Key, Outcome, Run, Store, Takeover};
 use tempfile::TempDir;
 
 /// The environment variable naming a child's role.

@@ -34,11 +34,11 @@ impl ContextValue for Run {
 /// `AgentRunner::tool_context` for one prompt.
 ///
 /// ```
-/// use idempotent_runtime::{Run, rig::{context, run_of}};
+/// use idempotent_tools::{Run, rig::{context, run_of}};
 ///
 /// let run = Run::new("run-7")?;
 /// assert_eq!(run_of(&context(&run))?, run);
-/// # Ok::<(), idempotent_runtime::Error>(())
+/// # Ok::<(), idempotent_tools::Error>(())
 /// ```
 pub fn context(run: &Run) -> ToolContext {
     let mut context = ToolContext::new();
@@ -54,7 +54,7 @@ pub fn context(run: &Run) -> ToolContext {
 /// tool never acts under a key that could merge two runs' actions.
 ///
 /// ```
-/// use idempotent_runtime::{Error, rig::run_of};
+/// use idempotent_tools::{Error, rig::run_of};
 /// use rig_core::tool::ToolContext;
 ///
 /// assert!(matches!(run_of(&ToolContext::new()), Err(Error::MissingRun)));
@@ -80,12 +80,12 @@ pub fn run_of(context: &ToolContext) -> Result<Run, Error> {
 /// parameter, and for hand-written tools.
 ///
 /// ```
-/// use idempotent_runtime::{Call, Key, Outcome, Run, rig::{InRun, context}};
+/// use idempotent_tools::{Call, Key, Outcome, Run, rig::{InRun, context}};
 /// use rig_core::tool::{Tool, ToolContext};
 ///
 /// #[derive(Debug, thiserror::Error)]
 /// #[error(transparent)]
-/// struct ShopError(#[from] idempotent_runtime::Error);
+/// struct ShopError(#[from] idempotent_tools::Error);
 ///
 /// struct Refund;
 ///
@@ -105,7 +105,7 @@ pub fn run_of(context: &ToolContext) -> Result<Run, Error> {
 ///
 ///     async fn call(&self, _: &mut ToolContext, order: String) -> Result<Outcome<String>, ShopError> {
 ///         // What `#[idempotent(key = "<run>:refund:<order>")]` expands to.
-///         let run = Run::current().ok_or(idempotent_runtime::Error::MissingRun)?;
+///         let run = Run::current().ok_or(idempotent_tools::Error::MissingRun)?;
 ///         let key = Key::builder().part("run", &run)?.literal(":refund:")?.part("order", &order)?.finish()?;
 ///         Call::new("shop::refund", key).run(async move { Ok(format!("refunded {order}")) }).await
 ///     }

@@ -54,14 +54,14 @@ pub(crate) fn acting_as<F: Future>(key: Key, action: F) -> impl Future<Output = 
 /// [`Error::Reentrant`](crate::Error::Reentrant)).
 ///
 /// ```
-/// # use idempotent_runtime::{Call, Key, current_key};
+/// # use idempotent_tools::{Call, Key, current_key};
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), idempotent_runtime::Error> {
+/// # async fn main() -> Result<(), idempotent_tools::Error> {
 /// let key = Key::builder().literal("run-1:refund:")?.part("order_id", &1182)?.finish()?;
 /// let outcome = Call::new("shop::refund", key)
 ///     .run(async {
-///         let key = current_key().ok_or(idempotent_runtime::Error::MissingRun)?;
-///         Ok::<_, idempotent_runtime::Error>(key.provider_key().into_owned())
+///         let key = current_key().ok_or(idempotent_tools::Error::MissingRun)?;
+///         Ok::<_, idempotent_tools::Error>(key.provider_key().into_owned())
 ///     })
 ///     .await?;
 /// assert_eq!(outcome.value().map(String::as_str), Some("run-1:refund:1182"));

@@ -34,12 +34,12 @@ pub use active::current_key;
 ///
 /// ```
 /// use std::sync::Arc;
-/// use idempotent_runtime::{Call, Fingerprint, Key, MemoryStore, Outcome, Run};
+/// use idempotent_tools::{Call, Fingerprint, Key, MemoryStore, Outcome, Run};
 ///
 /// #[derive(Debug, thiserror::Error)]
 /// enum PayError {
 ///     #[error(transparent)]
-///     Idempotency(#[from] idempotent_runtime::Error),
+///     Idempotency(#[from] idempotent_tools::Error),
 /// }
 ///
 /// async fn refund(run: &Run, order_id: &str, usd: u64) -> Result<Outcome<String>, PayError> {

@@ -40,13 +40,13 @@ pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(60);
 ///
 /// ```
 /// use std::sync::Arc;
-/// use idempotent_runtime::{Call, Key, MemoryStore, Outcome, Run};
+/// use idempotent_tools::{Call, Key, MemoryStore, Outcome, Run};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), idempotent_runtime::Error> {
+/// # async fn main() -> Result<(), idempotent_tools::Error> {
 /// let store = Arc::new(MemoryStore::new());
 /// let key = Key::builder().literal("run-1:refund:")?.part("order_id", "1182")?.finish()?;
-/// let refund = || async { Ok::<_, idempotent_runtime::Error>("re_1".to_string()) };
+/// let refund = || async { Ok::<_, idempotent_tools::Error>("re_1".to_string()) };
 ///
 /// let first = Call::new("shop::refund", key.clone()).store(store.clone()).run(refund()).await?;
 /// let again = Call::new("shop::refund", key).store(store).run(refund()).await?;

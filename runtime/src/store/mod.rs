@@ -261,7 +261,7 @@ pub fn default_store() -> Arc<dyn Store> {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use idempotent_runtime::{MemoryStore, set_default_store};
+/// use idempotent_tools::{MemoryStore, set_default_store};
 ///
 /// set_default_store(Arc::new(MemoryStore::new()));
 /// ```

@@ -226,14 +226,14 @@ const MIGRATE_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('idempotent_cl
 ///
 /// ```no_run
 /// use std::sync::Arc;
-/// use idempotent_runtime::store::PostgresStore;
+/// use idempotent_tools::store::PostgresStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), idempotent_runtime::StoreError> {
+/// # async fn main() -> Result<(), idempotent_tools::StoreError> {
 /// let url = "postgres://app@db.internal/app";
 /// let store = Arc::new(PostgresStore::connect(url).await?);
 /// store.migrate().await?;
-/// idempotent_runtime::set_default_store(store);
+/// idempotent_tools::set_default_store(store);
 /// # Ok(()) }
 /// ```
 pub struct PostgresStore {
@@ -383,8 +383,8 @@ impl PostgresStore {
     /// woken. Everything else is the same.
     ///
     /// ```no_run
-    /// use idempotent_runtime::store::PostgresStore;
-    /// use idempotent_runtime::store::postgres::{deadpool_postgres, tokio_postgres};
+    /// use idempotent_tools::store::PostgresStore;
+    /// use idempotent_tools::store::postgres::{deadpool_postgres, tokio_postgres};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -160,8 +160,8 @@ const FORGET: &str = "DELETE FROM idempotent_claims WHERE key_digest = ?1 AND st
 ///
 /// ```
 /// use std::sync::Arc;
-/// use idempotent_runtime::{Call, Key};
-/// use idempotent_runtime::store::SqliteStore;
+/// use idempotent_tools::{Call, Key};
+/// use idempotent_tools::store::SqliteStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -169,7 +169,7 @@ const FORGET: &str = "DELETE FROM idempotent_claims WHERE key_digest = ?1 AND st
 /// # std::fs::create_dir_all(&dir)?;
 /// let store = Arc::new(SqliteStore::open(dir.join("claims.db"))?);
 /// let key = Key::builder().literal("run-1:refund:")?.part("order_id", "1182")?.finish()?;
-/// let refund = || async { Ok::<_, idempotent_runtime::Error>("re_1".to_string()) };
+/// let refund = || async { Ok::<_, idempotent_tools::Error>("re_1".to_string()) };
 ///
 /// let first = Call::new("shop::refund", key.clone()).store(&store).run(refund()).await?;
 /// let again = Call::new("shop::refund", key).store(&store).run(refund()).await?;
@@ -198,9 +198,9 @@ struct Inner {
 ///
 /// ```
 /// use std::time::Duration;
-/// use idempotent_runtime::store::SqliteStore;
+/// use idempotent_tools::store::SqliteStore;
 ///
-/// # fn main() -> Result<(), idempotent_runtime::StoreError> {
+/// # fn main() -> Result<(), idempotent_tools::StoreError> {
 /// # let path = std::env::temp_dir().join(format!("idempotent-doc-b-{}.db", std::process::id()));
 /// let store = SqliteStore::builder(&path)
 ///     .connections(2)

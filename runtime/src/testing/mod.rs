@@ -15,16 +15,16 @@
 //! ```
 //! use std::sync::Arc;
 //! use std::time::Duration;
-//! use idempotent_runtime::testing::{
+//! use idempotent_tools::testing::{
 //!     Provider, ProviderError, Refund, Runner, ScriptedModel, ToolCall, Tools, assert_one_action,
 //! };
-//! use idempotent_runtime::{Call, CallId, Key, MemoryStore, Outcome, Run, current_key};
+//! use idempotent_tools::{Call, CallId, Key, MemoryStore, Outcome, Run, current_key};
 //! use serde_json::json;
 //!
 //! #[derive(Debug, thiserror::Error)]
 //! enum PayError {
 //!     #[error(transparent)]
-//!     Idempotency(#[from] idempotent_runtime::Error),
+//!     Idempotency(#[from] idempotent_tools::Error),
 //!     #[error(transparent)]
 //!     Provider(#[from] ProviderError),
 //! }
@@ -34,7 +34,7 @@
 //!
 //! // A guarded refund: the key names the run and the order.
 //! async fn refund(provider: Provider, store: Arc<MemoryStore>, args: Args) -> Result<Outcome<Refund>, PayError> {
-//!     let run = Run::current().ok_or(idempotent_runtime::Error::MissingRun)?;
+//!     let run = Run::current().ok_or(idempotent_tools::Error::MissingRun)?;
 //!     let key = Key::builder().part("run", &run)?.literal(":refund:")?.part("order_id", &args.order_id)?.finish()?;
 //!     Call::new("shop::refund", key)
 //!         .store(store)
@@ -47,7 +47,7 @@
 //! }
 //!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), idempotent_runtime::Error> {
+//! # async fn main() -> Result<(), idempotent_tools::Error> {
 //! let provider = Provider::with_delay(Duration::from_millis(1));
 //! let store = Arc::new(MemoryStore::new());
 //! let tools = Tools::new().tool("refund_order", {

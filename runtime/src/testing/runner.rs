@@ -105,15 +105,15 @@ impl Transcript {
 ///
 /// ```
 /// use std::time::Duration;
-/// use idempotent_runtime::{CallId, Run};
-/// use idempotent_runtime::testing::{Provider, Runner, ScriptedModel, ToolCall, Tools};
+/// use idempotent_tools::{CallId, Run};
+/// use idempotent_tools::testing::{Provider, Runner, ScriptedModel, ToolCall, Tools};
 /// use serde_json::json;
 ///
 /// #[derive(serde::Deserialize)]
 /// struct Args { order_id: String, usd: u64 }
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), idempotent_runtime::Error> {
+/// # async fn main() -> Result<(), idempotent_tools::Error> {
 /// let provider = Provider::with_delay(Duration::ZERO);
 /// let tools = Tools::new().tool("refund_order", {
 ///     let provider = provider.clone();

@@ -27,8 +27,8 @@ type Handler = Arc<dyn Fn(ToolCall) -> Reply + Send + Sync>;
 /// serialized for the model; its `Err` is shown to the model as an error.
 ///
 /// ```
-/// use idempotent_runtime::CallId;
-/// use idempotent_runtime::testing::Tools;
+/// use idempotent_tools::CallId;
+/// use idempotent_tools::testing::Tools;
 ///
 /// #[derive(serde::Deserialize)]
 /// struct Args { order_id: String }

@@ -1,11 +1,11 @@
 // Two placeholders with nothing between them are ambiguous: ("1", "23") and
 // ("12", "3") would render the same key and share one action.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[idempotent(key = "<run>:refund:<order_id><sku>")]

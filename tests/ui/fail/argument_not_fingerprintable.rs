@@ -1,12 +1,12 @@
 // An argument outside the key is fingerprinted, so that other arguments
 // under the same key are a conflict. One that cannot be serialized must be
 // marked as context (or free text) to be left out.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 struct Connection;

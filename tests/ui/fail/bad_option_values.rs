@@ -1,12 +1,12 @@
 // Option values are checked at compile time: durations need a unit, a zero
 // retention or lease would defeat the guard, `takeover` has two choices,
 // `record_errors` is a flag, and notes must say something.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[idempotent(

@@ -1,11 +1,11 @@
 // This is what a function looks like after rmcp's `#[tool]` has boxed it:
 // `#[idempotent]` was placed below `#[tool]`, and must go above it.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 use std::future::Future;

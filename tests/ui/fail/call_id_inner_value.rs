@@ -1,13 +1,13 @@
 // A path through `CallId` to the id's text: `.0` is private, so a call id can
 // never reach a key by a detour. The framework makes a new id for every call,
 // so two identical asks would otherwise get two keys and act twice.
-use idempotent::{CallId, Outcome, Run, idempotent};
+use idempotent_tools::{CallId, Outcome, Run, idempotent};
 use serde::Serialize;
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[derive(Serialize)]

@@ -1,11 +1,11 @@
 // A tool-call id is new for every call the model makes, so keying on it gives
 // two identical asks two keys: the action would run twice.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[idempotent(key = "<run>:refund:<tool_call_id>")]

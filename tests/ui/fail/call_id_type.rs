@@ -1,14 +1,14 @@
 // A call id is recognised by its type (`CallId`), by the `#[call_id]` marker,
 // and through a field path ending in `call_id`; none may be keyed on.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
-use idempotent::CallId;
+use idempotent_tools::CallId;
 use serde::Serialize;
 
 #[derive(Serialize)]

@@ -1,11 +1,11 @@
 // An argument is free text, a call id or context, never two of them; and the
 // markers take no arguments and do not go on `self`.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 struct Payments;

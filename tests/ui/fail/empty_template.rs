@@ -1,10 +1,10 @@
 // An empty key is a fixed key: every call would be one action.
-use idempotent::{Outcome, idempotent};
+use idempotent_tools::{Outcome, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[idempotent(key = "")]

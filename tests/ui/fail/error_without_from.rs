@@ -1,12 +1,12 @@
 // The tool's error type must carry the guard's errors (a failed store, a
-// missing run): it needs `From<idempotent::Error>`. One error, at the return
+// missing run): it needs `From<idempotent_tools::Error>`. One error, at the return
 // type.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[derive(Debug)]

@@ -1,11 +1,11 @@
 // All of an item's errors are reported in one build, and the function is
 // still emitted, so the call in `main` resolves and adds no error of its own.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[idempotent(

@@ -1,11 +1,11 @@
 // Floats may not be key parts: one amount prints several ways, so one ask
 // could get several keys. The runtime's `KeyPart` refuses them.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[idempotent(key = "<run>:refund:<order_id>:<usd>")]

@@ -1,15 +1,15 @@
 // A field path into free text: `RefundArgs::wording` is `FreeText<_>`, which
 // never implements `KeyPart`, so the key string gets the runtime's
 // on_unimplemented message.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
-use idempotent::FreeText;
+use idempotent_tools::FreeText;
 use serde::Serialize;
 
 #[derive(Serialize)]

@@ -1,13 +1,13 @@
 // A path through `FreeText` to the text inside it: `.0` is private, so the
 // wording can never reach a key by a detour. Two asks worded differently
 // would otherwise get two keys, and the refund would run twice.
-use idempotent::{FreeText, Outcome, Run, idempotent};
+use idempotent_tools::{FreeText, Outcome, Run, idempotent};
 use serde::Serialize;
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[derive(Serialize)]

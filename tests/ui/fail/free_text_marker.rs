@@ -1,12 +1,12 @@
 // `reason` is model-authored free text: the model words it differently on
 // each ask, so keying on it would give two identical asks two keys and
 // refund twice.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[idempotent(key = "<run>:refund:<order_id>:<reason>")]

@@ -1,13 +1,13 @@
 // Names that almost always carry the model's own wording, unmarked: an
 // argument (`description`) and a field (`args.reason`). The model words them
 // anew on each ask, so two asks for one ticket would open two tickets.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 use serde::Serialize;
 
 #[derive(Debug, thiserror::Error)]
 enum TicketError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[derive(Serialize)]

@@ -1,14 +1,14 @@
 // An argument typed `FreeText<_>` is free text without a marker: it may not
 // be keyed on either.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
-use idempotent::FreeText;
+use idempotent_tools::FreeText;
 
 #[idempotent(key = "<run>:email:<body>")]
 async fn send_email(

@@ -1,12 +1,12 @@
 // `#[identifier]` vouches for a name, never for a type: free text and call
 // ids stay out of the key whatever they are marked, and the marker takes no
 // arguments.
-use idempotent::{CallId, FreeText, Outcome, Run, idempotent};
+use idempotent_tools::{CallId, FreeText, Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[idempotent(key = "<run>:refund:<order_id>")]

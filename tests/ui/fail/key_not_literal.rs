@@ -1,11 +1,11 @@
 // The template is checked against the arguments while the crate compiles,
 // so it must be a string literal.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 const KEY: &str = "<run>:refund:<order_id>";

@@ -1,6 +1,6 @@
 // `#[derive(KeyPart)]` is for newtypes and fieldless enums; free text inside
 // a newtype is still refused by the runtime's `KeyPart` bound.
-use idempotent::{FreeText, KeyPart};
+use idempotent_tools::{FreeText, KeyPart};
 
 #[derive(KeyPart)]
 struct Pair(u64, u64);

@@ -1,7 +1,7 @@
 // Two variants that write one key part: a rename equal to another variant's
 // name, and two renames to one text. A CAD refund would then render the USD
 // refund's key and get its result back.
-use idempotent::KeyPart;
+use idempotent_tools::KeyPart;
 
 #[derive(KeyPart)]
 enum Currency {

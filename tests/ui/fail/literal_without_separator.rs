@@ -2,12 +2,12 @@
 // could imitate it: order "1x" with sku "2" and order "1" with sku "x2"
 // would both render `1xx2`. The runtime's `KeyBuilder` refuses the same
 // template.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[idempotent(key = "<run>:refund:<order_id>x<sku>")]

@@ -1,12 +1,12 @@
 // Placeholders must be closed, non-empty, and name an argument or a field
 // path: no expressions, calls or globals, so that the key depends on the
 // call's arguments alone. Each mistake is reported.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[idempotent(key = "<run>:refund:<order_id")]

@@ -1,11 +1,11 @@
 // A tool that returns no `Result` gives the guard no way to report a store
 // failure or to release the claim when the action fails.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[idempotent(key = "<run>:refund:<order_id>")]

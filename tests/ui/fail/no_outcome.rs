@@ -1,11 +1,11 @@
 // The success type must be a `ToolOutput` such as `Outcome<T>`: a bare value
 // could not tell the caller a replay from a fresh result.
-use idempotent::{Run, idempotent};
+use idempotent_tools::{Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[idempotent(key = "<run>:refund:<order_id>")]

@@ -1,11 +1,11 @@
 // A key of fixed text makes every call one action: the second refund of any
 // order would replay the first.
-use idempotent::{Outcome, idempotent};
+use idempotent_tools::{Outcome, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[idempotent(key = "refund")]

@@ -1,11 +1,11 @@
 // Keys escape values with `%`, so a literal `%` could imitate an escaped
 // value; keys reserve it.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[idempotent(key = "<run>:discount-10%:<order_id>")]

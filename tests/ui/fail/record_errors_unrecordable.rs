@@ -1,11 +1,11 @@
 // With `record_errors` the first error is recorded and replayed to every
 // duplicate, so the error type must be serializable and cloneable too.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[idempotent(key = "<run>:refund:<order_id>", record_errors)]

@@ -1,12 +1,12 @@
 // A placeholder must name an argument. `<ordr_id>` names none, so the key
 // could not be rendered; the message lists the arguments and suggests
 // `<order_id>`.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[idempotent(key = "<run>:refund:<ordr_id>")]

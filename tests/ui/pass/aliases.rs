@@ -1,12 +1,12 @@
 //! A return type written through an alias is read by its meaning, not its
 //! spelling: `anyhow`-style `Result<T>` aliases work.
 
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 type Result<T, E = PayError> = std::result::Result<T, E>;

@@ -3,12 +3,12 @@
 //! Context parameters are recognised by marker and by type name.
 #![deny(unused_variables)]
 
-use idempotent::{CallId, FreeText, Outcome, Run, idempotent};
+use idempotent_tools::{CallId, FreeText, Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 /// What a framework hands a tool besides the model's arguments. It is not

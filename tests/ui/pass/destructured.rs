@@ -1,13 +1,13 @@
 //! Destructured parameters and field paths: a framework's `Parameters`
 //! wrapper, tuples, and `<args.order_id>`.
 
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 /// The shape of rmcp's `Parameters<T>`.

@@ -2,14 +2,14 @@
 
 use std::fmt::Debug;
 
-use idempotent::{KeyPart, Outcome, Run, idempotent};
+use idempotent_tools::{KeyPart, Outcome, Run, idempotent};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[idempotent(key = "<run>:refund:<order_id>")]

@@ -2,12 +2,12 @@
 //! be called `key`, `store`, `guard`, `call`, `__x`, or even the internal
 //! names themselves.
 
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[idempotent(key = "<run>:k:<key>")]

@@ -1,13 +1,13 @@
 //! `#[identifier]`: a name that reads like the model's wording, vouched for
 //! as an id. The marker is inert and taken off.
 
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 use serde::Serialize;
 
 #[derive(Debug, thiserror::Error)]
 enum MailError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 /// The subject line is a template's code here, set by the application.

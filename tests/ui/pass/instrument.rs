@@ -1,12 +1,12 @@
 //! `#[tracing::instrument]` stacks with `#[idempotent]` in either order,
 //! with and without `err` and `ret`, on free functions and methods.
 
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[tracing::instrument]
@@ -19,7 +19,7 @@ async fn above(run: Run, order_id: u64) -> Result<Outcome<u64>, PayError> {
 #[idempotent(key = "<run>:refund:<order_id>")]
 async fn above_with_events(run: Run, order_id: u64) -> Result<Outcome<u64>, PayError> {
     if order_id == 0 {
-        return Err(idempotent::Error::MissingRun.into());
+        return Err(idempotent_tools::Error::MissingRun.into());
     }
     Ok(order_id)
 }

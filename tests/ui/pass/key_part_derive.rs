@@ -1,11 +1,11 @@
 //! `#[derive(KeyPart)]` on newtypes and fieldless enums, used in keys.
 
-use idempotent::{Key, KeyPart, Outcome, Run, idempotent};
+use idempotent_tools::{Key, KeyPart, Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 #[derive(KeyPart)]
@@ -34,12 +34,12 @@ async fn refund(
     currency: Currency,
 ) -> Result<Outcome<String>, PayError> {
     let _ = (order_id, sku, currency);
-    Ok(idempotent::current_key()
+    Ok(idempotent_tools::current_key()
         .map(|k| k.to_string())
         .unwrap_or_default())
 }
 
-fn main() -> Result<(), idempotent::Error> {
+fn main() -> Result<(), idempotent_tools::Error> {
     let key = Key::builder()
         .part("tagged", &Tagged(OrderId(7)))?
         .literal(":")?
@@ -49,7 +49,7 @@ fn main() -> Result<(), idempotent::Error> {
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
-        .map_err(|_| idempotent::Error::MissingRun)?;
+        .map_err(|_| idempotent_tools::Error::MissingRun)?;
     let run = Run::new("run-1")?;
     let key = runtime
         .block_on(refund(

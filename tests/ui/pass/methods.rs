@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use idempotent::{MemoryStore, Outcome, Run, idempotent};
+use idempotent_tools::{MemoryStore, Outcome, Run, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {
     #[error(transparent)]
-    Idempotency(#[from] idempotent::Error),
+    Idempotency(#[from] idempotent_tools::Error),
 }
 
 struct Payments {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use idempotent::{MemoryStore, Outcome, Run, idempotent};
+use idempotent_tools::{MemoryStore, Outcome, Run, idempotent};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, thiserror::Error, Serialize, Deserialize)]
@@ -13,8 +13,8 @@ enum PayError {
     Declined,
 }
 
-impl From<idempotent::Error> for PayError {
-    fn from(err: idempotent::Error) -> PayError {
+impl From<idempotent_tools::Error> for PayError {
+    fn from(err: idempotent_tools::Error) -> PayError {
         PayError::Idempotency(err.to_string())
     }
 }

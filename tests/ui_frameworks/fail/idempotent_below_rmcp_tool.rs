@@ -1,7 +1,7 @@
 // `#[tool]` expands first and turns the `async fn` into a plain `fn` that
 // returns a boxed future. The guard can no longer await the store before the
 // body, so `#[idempotent]` must say to go above `#[tool]`.
-use idempotent::{Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{schemars, tool, tool_router};
 
@@ -13,7 +13,7 @@ struct RefundArgs {
 
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]
-struct ShopError(#[from] idempotent::Error);
+struct ShopError(#[from] idempotent_tools::Error);
 
 impl rmcp::model::IntoContents for ShopError {
     fn into_contents(self) -> Vec<rmcp::model::ContentBlock> {
@@ -36,6 +36,6 @@ impl Shop {
     }
 }
 
-impl idempotent::rmcp::ResolvesRuns for Shop {}
+impl idempotent_tools::rmcp::ResolvesRuns for Shop {}
 
 fn main() {}

@@ -33,7 +33,7 @@ pub(super) struct InvalidRunHeader(pub(super) String);
 /// its run is resolved from the next source.
 ///
 /// ```
-/// use idempotent_runtime::rmcp::RunHeaderLayer;
+/// use idempotent_tools::rmcp::RunHeaderLayer;
 /// use tower_layer::Layer;
 ///
 /// # fn wrap<S>(mcp_service: S) {

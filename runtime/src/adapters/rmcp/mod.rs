@@ -61,13 +61,13 @@ pub const SERVER_WIDE_RUN: &str = "server-wide";
 /// with rmcp: the server's `run: Run` parameter reads it.
 ///
 /// ```
-/// use idempotent_runtime::{Run, rmcp::{RUN_META_KEY, with_run}};
+/// use idempotent_tools::{Run, rmcp::{RUN_META_KEY, with_run}};
 /// use rmcp::model::CallToolRequestParams;
 ///
 /// let params = with_run(CallToolRequestParams::new("refund_order"), &Run::new("run-7")?);
 /// let meta = params.meta.as_ref().and_then(|meta| meta.get(RUN_META_KEY));
 /// assert_eq!(meta, Some(&serde_json::json!("run-7")));
-/// # Ok::<(), idempotent_runtime::Error>(())
+/// # Ok::<(), idempotent_tools::Error>(())
 /// ```
 pub fn with_run(mut params: CallToolRequestParams, run: &Run) -> CallToolRequestParams {
     params

@@ -34,7 +34,7 @@ fn value_block<T: Serialize>(value: &T) -> Result<ContentBlock, ErrorData> {
 /// [`STATUS_META_KEY`].
 ///
 /// ```
-/// use idempotent_runtime::Outcome;
+/// use idempotent_tools::Outcome;
 /// use rmcp::handler::server::tool::IntoCallToolResult;
 /// use rmcp::model::{CallToolResponse, ContentBlock};
 ///

@@ -61,7 +61,7 @@ pub enum Unscoped {
 /// [`ResolvesRuns::run_policy`](super::ResolvesRuns::run_policy).
 ///
 /// ```
-/// use idempotent_runtime::rmcp::{RunPolicy, RunSource, Unscoped};
+/// use idempotent_tools::rmcp::{RunPolicy, RunSource, Unscoped};
 ///
 /// // Trust only runs the application sets; refuse everything else.
 /// let policy = RunPolicy::new()

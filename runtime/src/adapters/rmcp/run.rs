@@ -61,12 +61,12 @@ impl From<RunError> for ErrorData {
 /// server trusts (`issuer` and `sub` together, say).
 ///
 /// ```
-/// use idempotent_runtime::rmcp::Principal;
+/// use idempotent_tools::rmcp::Principal;
 ///
 /// let mut request = http::Request::new(());
 /// // After checking the bearer token:
 /// request.extensions_mut().insert(Principal::new("https://auth.example.com#user-42")?);
-/// # Ok::<(), idempotent_runtime::rmcp::EmptyPrincipal>(())
+/// # Ok::<(), idempotent_tools::rmcp::EmptyPrincipal>(())
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Principal(Arc<str>);
@@ -106,7 +106,7 @@ impl fmt::Debug for Principal {
 /// empty impl:
 ///
 /// ```
-/// use idempotent_runtime::rmcp::{ResolvesRuns, RunPolicy, RunSource};
+/// use idempotent_tools::rmcp::{ResolvesRuns, RunPolicy, RunSource};
 ///
 /// struct Shop;
 /// impl ResolvesRuns for Shop {}
@@ -122,7 +122,7 @@ impl fmt::Debug for Principal {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` does not say how its tools find their run",
     label = "`run: Run` needs the server to implement `ResolvesRuns`",
-    note = "add `impl idempotent::rmcp::ResolvesRuns for {Self} {{}}` for the default order \
+    note = "add `impl idempotent_tools::rmcp::ResolvesRuns for {Self} {{}}` for the default order \
             (`_meta`, an extension, the principal, the session, then server-wide)"
 )]
 pub trait ResolvesRuns {
