@@ -7,7 +7,7 @@
 //! refunds it made; the same script runs without the guard for comparison.
 //!
 //! ```sh
-//! cargo run --example rig_refund
+//! cargo run -p idempotent-tools-frameworks --example rig_refund
 //! ```
 
 use std::sync::LazyLock;

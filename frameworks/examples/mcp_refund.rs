@@ -9,7 +9,7 @@
 //! counts the refunds it made.
 //!
 //! ```sh
-//! cargo run --example mcp_refund
+//! cargo run -p idempotent-tools-frameworks --example mcp_refund
 //! ```
 
 use idempotent_tools::rmcp::{ResolvesRuns, STATUS_META_KEY};

@@ -3,9 +3,9 @@
 //!
 //! ```sh
 //! # Over stdio: the client starts the server itself.
-//! cargo run --example mcp_server -- stdio
+//! cargo run -p idempotent-tools-frameworks --example mcp_server -- stdio
 //! # Over streamable HTTP at http://127.0.0.1:8000/mcp (or another address).
-//! cargo run --example mcp_server -- http 127.0.0.1:8000
+//! cargo run -p idempotent-tools-frameworks --example mcp_server -- http 127.0.0.1:8000
 //! ```
 //!
 //! Ask the client's model to refund order 1182 twice: the second call comes

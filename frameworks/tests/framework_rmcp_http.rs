@@ -2,7 +2,6 @@
 //! rmcp clients that send no `_meta`, on protocol 2025-11-25 (sessions) and
 //! 2026-07-28 (stateless, a server instance per request). Every test counts
 //! the refunds that the test kit's stand-in provider made.
-#![cfg(feature = "rmcp")]
 
 mod mcp_common;
 

@@ -1,7 +1,6 @@
 //! `#[idempotent]` in rmcp 3.11: real rmcp clients call a real MCP server
 //! over an in-memory duplex pipe, as over stdio. Every test counts the
 //! refunds that the test kit's stand-in provider made.
-#![cfg(feature = "rmcp")]
 
 mod mcp_common;
 

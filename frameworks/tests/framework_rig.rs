@@ -1,7 +1,6 @@
 //! `#[idempotent]` in rig (rig-core and rig-agent 0.44), driven by rig's own
 //! scripted model. Every test counts the refunds that the test kit's
 //! stand-in provider made.
-#![cfg(feature = "rig")]
 
 mod frameworks_common;
 
