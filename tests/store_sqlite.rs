@@ -7,6 +7,7 @@
 mod adversarial;
 mod cancellation;
 mod durable;
+mod inspection;
 mod multiprocess;
 
 use std::sync::Arc;
@@ -56,6 +57,7 @@ async fn sqlite() -> Option<Arc<dyn Store>> {
 adversarial_suite!(sqlite(), callers = 200);
 cancellation_suite!(sqlite());
 durable_suite!(in_dir);
+inspection_suite!(sqlite());
 
 #[tokio::test]
 async fn a_database_locked_past_the_busy_timeout_is_unavailable_and_nothing_runs() {
