@@ -17,12 +17,11 @@ fn refund(store: &Arc<MemoryStore>, key: &Key, usd: u64) -> Call {
         .store(store)
 }
 
+/// A metric's name, labels and value.
+type Sample = (String, Vec<(String, String)>, DebugValue);
+
 /// The value of `name` whose labels include every one of `labels`.
-fn value(
-    snapshot: &[(String, Vec<(String, String)>, DebugValue)],
-    name: &str,
-    labels: &[(&str, &str)],
-) -> Option<DebugValue> {
+fn value(snapshot: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<DebugValue> {
     snapshot
         .iter()
         .find(|(n, ls, _)| {

@@ -98,8 +98,7 @@ fn captured(body: impl std::future::Future<Output = ()>) -> Vec<Seen> {
             .expect("runtime")
             .block_on(body);
     });
-    let seen = capture.0.lock().expect("capture").clone();
-    seen
+    capture.0.lock().expect("capture").clone()
 }
 
 #[test]
