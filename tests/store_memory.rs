@@ -3,6 +3,7 @@
 
 mod adversarial;
 mod cancellation;
+mod inspection;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +17,7 @@ async fn memory() -> Option<Arc<dyn Store>> {
 
 adversarial_suite!(memory());
 cancellation_suite!(memory(), durable = false);
+inspection_suite!(memory());
 
 #[tokio::test(start_paused = true)]
 async fn a_record_is_replayed_within_its_retention_and_forgotten_after() {

@@ -12,6 +12,7 @@ mod adversarial;
 mod cancellation;
 mod durable;
 mod harness;
+mod inspection;
 mod multiprocess;
 
 use std::net::SocketAddr;
@@ -782,6 +783,7 @@ fn main() {
     trials.extend(adversarial_suite!(trials URL, postgres(), callers = 200));
     trials.extend(cancellation_suite!(trials URL, postgres()));
     trials.extend(durable_suite!(trials URL, in_schema));
+    trials.extend(inspection_suite!(trials URL, postgres()));
     trials.extend(trials!(URL;
         a_claim_a_completion_a_replay_and_a_wait_take_one_round_trip_each,
         measured_latency_of_a_guarded_call_on_the_local_server,

@@ -7,6 +7,7 @@
 mod adversarial;
 mod cancellation;
 mod durable;
+mod inspection;
 mod multiprocess;
 
 use std::sync::Arc;
@@ -56,6 +57,7 @@ async fn sqlite() -> Option<Arc<dyn Store>> {
 adversarial_suite!(sqlite(), callers = 200);
 cancellation_suite!(sqlite());
 durable_suite!(in_dir);
+inspection_suite!(sqlite());
 
 #[tokio::test]
 async fn a_database_locked_past_the_busy_timeout_is_unavailable_and_nothing_runs() {
@@ -166,4 +168,92 @@ fn a_stale_holder_paused_past_its_lease_cannot_overwrite_the_result() {
     multiprocess::a_stale_holder_paused_past_its_lease_cannot_overwrite_the_result(
         &scene_on_a_created_file(),
     );
+}
+
+/// A file at schema version 1: the claims table alone, as stores before
+/// schema versions left it.
+fn downgrade_to_version_1(path: &std::path::Path) {
+    let conn = rusqlite::Connection::open(path).expect("open by hand");
+    conn.execute_batch("DROP TABLE idempotent_schema; DROP INDEX idempotent_claims_tool_state;")
+        .expect("back to version 1");
+}
+
+#[tokio::test]
+async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_records() {
+    let dir = temp_dir();
+    let path = dir.path().join("claims.db");
+    let run = fresh_run();
+    let provider = Provider::default();
+    {
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).expect("open"));
+        let first = refund_call(&store, &run, "1182", 42)
+            .run(refunds(&provider, 42))
+            .await;
+        assert!(first.expect("fresh").is_fresh());
+    }
+    downgrade_to_version_1(&path);
+
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).expect("upgrade"));
+    let conn = rusqlite::Connection::open(&path).expect("open by hand");
+    let version: i64 = conn
+        .query_row("SELECT max(version) FROM idempotent_schema", [], |r| {
+            r.get(0)
+        })
+        .expect("a recorded version");
+    assert_eq!(version, i64::from(idempotent_tools::store::SCHEMA_VERSION));
+    let again = refund_call(&store, &run, "1182", 42)
+        .run(refunds(&provider, 42))
+        .await;
+    assert!(again.expect("replay").is_replay());
+    assert_eq!(provider.refunds(), 1);
+}
+
+#[test]
+fn a_schema_newer_than_the_code_is_refused_with_both_versions() {
+    let dir = temp_dir();
+    let path = dir.path().join("claims.db");
+    drop(SqliteStore::open(&path).expect("open"));
+    rusqlite::Connection::open(&path)
+        .expect("open by hand")
+        .execute(
+            "INSERT INTO idempotent_schema (version, applied_at) VALUES (99, 0)",
+            [],
+        )
+        .expect("a newer version");
+    let err = SqliteStore::open(&path).expect_err("too new");
+    assert!(
+        matches!(
+            err,
+            StoreError::SchemaTooNew {
+                found: 99,
+                supported: 2
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("version 99"), "{err}");
+}
+
+#[test]
+fn opening_without_create_refuses_a_file_without_the_schema() {
+    let dir = temp_dir();
+    let path = dir.path().join("other.db");
+    rusqlite::Connection::open(&path)
+        .expect("an unrelated database")
+        .execute_batch("CREATE TABLE unrelated (x INTEGER)")
+        .expect("a table");
+    let err = SqliteStore::builder(&path)
+        .create(false)
+        .open()
+        .expect_err("no schema");
+    assert!(matches!(err, StoreError::MissingSchema), "{err:?}");
+    let tables: i64 = rusqlite::Connection::open(&path)
+        .expect("open by hand")
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name LIKE 'idempotent%'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert_eq!(tables, 0, "nothing was created");
 }

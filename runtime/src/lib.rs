@@ -12,6 +12,7 @@ mod error;
 mod fingerprint;
 mod guard;
 mod key;
+mod observe;
 mod outcome;
 mod policy;
 mod record;
@@ -46,8 +47,9 @@ pub use store::PostgresStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
 pub use store::{
-    Claim, ClaimRequest, ClaimState, IntoStore, MemoryStore, Store, StoreError, StoreFuture,
-    StoreResult, Wait, default_store, set_default_store,
+    Claim, ClaimRequest, ClaimState, Forget, IntoStore, MemoryStore, Record, RecordCount,
+    RecordPage, RecordQuery, RecordState, Store, StoreError, StoreFuture, StoreResult, Wait,
+    default_store, set_default_store,
 };
 pub use text::{CallId, FreeText};
 

@@ -306,8 +306,12 @@ impl Store for Faulty {
     fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
         self.inner.purge_expired()
     }
-    fn forget<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<bool>> {
-        self.inner.forget(key)
+    fn forget_with<'a>(
+        &'a self,
+        key: &'a Key,
+        how: idempotent_tools::Forget,
+    ) -> StoreFuture<'a, StoreResult<bool>> {
+        self.inner.forget_with(key, how)
     }
     fn answers_at_once(&self) -> bool {
         // Failing completions take the path of stores that do I/O.

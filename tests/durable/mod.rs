@@ -17,8 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use idempotent_tools::{
-    Call, Claim, ClaimRequest, ClaimState, ConflictReason, Ending, Error, Finished, Key, Recorded,
-    Run, Store, StoreError, StoreFuture, StoreResult, ToolId,
+    Call, Claim, ClaimRequest, ClaimState, ConflictReason, Ending, Error, Finished, Forget, Key,
+    Record, RecordCount, RecordPage, RecordQuery, Recorded, Run, Store, StoreError, StoreFuture,
+    StoreResult, ToolId,
 };
 
 use crate::adversarial::{
@@ -59,8 +60,20 @@ impl<S: Store, Place: Send + Sync + 'static> Store for Held<S, Place> {
     fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
         self.store.purge_expired()
     }
-    fn forget<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<bool>> {
-        self.store.forget(key)
+    fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
+        self.store.forget_with(key, how)
+    }
+    fn list<'a>(&'a self, query: &'a RecordQuery) -> StoreFuture<'a, StoreResult<RecordPage>> {
+        self.store.list(query)
+    }
+    fn inspect<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<Option<Record>>> {
+        self.store.inspect(key)
+    }
+    fn count(&self) -> StoreFuture<'_, StoreResult<Vec<RecordCount>>> {
+        self.store.count()
+    }
+    fn kind(&self) -> &'static str {
+        self.store.kind()
     }
     fn renew_every(&self, lease: Duration) -> Option<Duration> {
         self.store.renew_every(lease)
@@ -452,7 +465,7 @@ pub async fn purging_while_expired_keys_are_claimed_again_never_acts_twice(store
     assert_eq!(provider.refunds(), 2 * orders);
 }
 
-pub async fn forgetting_removes_a_finished_record_but_never_a_held_claim(store: impl Durable) {
+pub async fn forgetting_removes_a_finished_record_but_never_a_live_claim(store: impl Durable) {
     let run = fresh_run();
     let done_key = refund_key(&run, "done");
     let claim = claimed(&store, request(&done_key, Duration::from_secs(30))).await;
@@ -464,7 +477,10 @@ pub async fn forgetting_removes_a_finished_record_but_never_a_held_claim(store: 
     let held = claimed(&store, request(&held_key, Duration::from_secs(30))).await;
 
     assert!(store.forget(&done_key).await.expect("forget"));
-    assert!(!store.forget(&held_key).await.expect("forget"));
+    assert!(matches!(
+        store.forget(&held_key).await,
+        Err(StoreError::LiveClaim { .. })
+    ));
     claimed(&store, request(&done_key, Duration::from_secs(30))).await;
     store
         .complete(&held, finished("2"))
@@ -554,7 +570,7 @@ macro_rules! durable_suite {
             a_replay_is_byte_identical_to_the_recorded_json,
             a_key_of_a_hundred_kilobytes_is_claimed_and_replayed,
             purging_while_expired_keys_are_claimed_again_never_acts_twice,
-            forgetting_removes_a_finished_record_but_never_a_held_claim,
+            forgetting_removes_a_finished_record_but_never_a_live_claim,
             a_result_that_cannot_be_stored_faithfully_is_refused_before_any_replay,
         }
     };

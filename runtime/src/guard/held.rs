@@ -27,6 +27,7 @@ use tokio::time::Instant;
 
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
+use crate::observe;
 use crate::outcome::ConflictReason;
 use crate::record::{Ending, Finished, Recorded, ToolId};
 use crate::store::{
@@ -158,6 +159,11 @@ impl Held {
         self.claim.taken_over
     }
 
+    /// The claim's fence.
+    pub(crate) fn fence(&self) -> u64 {
+        self.claim.fence
+    }
+
     /// Starts renewing the lease beside the action, if the store's leases
     /// can run out under a live holder.
     pub(crate) fn renew_while_acting(&mut self) {
@@ -168,13 +174,14 @@ impl Held {
             return;
         };
         let lease_end = Arc::new(LeaseEnd(Mutex::new(Instant::now() + self.lease)));
-        let task = runtime.spawn(renew(
+        // In the call's span, so its renewals are traced with the call.
+        let task = runtime.spawn(tracing::Instrument::in_current_span(renew(
             Arc::clone(&self.store),
             self.claim.clone(),
             every,
             self.lease,
             Arc::clone(&lease_end),
-        ));
+        )));
         self.renewal = Some(Renewal { task, lease_end });
     }
 
@@ -336,10 +343,13 @@ async fn renew(
         tokio::time::sleep(every).await;
         let asked_at = Instant::now();
         match store.extend(&claim, lease).await {
-            Ok(()) => lease_end.set(asked_at + lease),
+            Ok(()) => {
+                lease_end.set(asked_at + lease);
+                observe::lease_renewed();
+            }
             // Nothing left to renew; the completion reports it.
-            Err(StoreError::LeaseLost) => return,
-            Err(_) => {}
+            Err(StoreError::LeaseLost) => return observe::lease_lost(),
+            Err(err) => observe::renewal_failed(&*store, &err),
         }
     }
 }

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
+use crate::observe;
 use crate::outcome::ConflictReason;
 use crate::outcome::{DEFAULT_CONFLICT_NOTE, DEFAULT_REPLAY_NOTE, OTHER_TOOL_NOTE, Outcome};
 use crate::policy::{Policy, Takeover};
@@ -187,7 +188,8 @@ impl Call {
     {
         // Returned as it is, not awaited in another async layer: the
         // future stays one state machine.
-        self.execute(action, None)
+        let span = observe::call_span(&self.tool, &self.key, self.store.as_deref());
+        tracing::Instrument::instrument(self.execute(action, None), span)
     }
 
     /// Like [`Call::run`], but an `Err` is final: it is recorded, and every
@@ -206,7 +208,8 @@ impl Call {
             record: |e: &E| Recorded::typed(e.clone()),
             replay: |r: &Recorded| r.decode::<E>(),
         };
-        self.execute(action, Some(codec))
+        let span = observe::call_span(&self.tool, &self.key, self.store.as_deref());
+        tracing::Instrument::instrument(self.execute(action, Some(codec)), span)
     }
 
     async fn execute<T, E, F>(
@@ -240,12 +243,18 @@ impl Call {
                 lease: policy.lease,
                 retention: policy.retention,
             };
-            match held::claim(&store, asked).await.map_err(Error::from)? {
-                Answer::Claimed(held) => break held,
+            let claimed = observe::timed(&*store, "claim", held::claim(&store, asked)).await;
+            match claimed.map_err(|e| observe::store_failed(&tool, &*store, "claim", e))? {
+                Answer::Claimed(held) => {
+                    observe::claimed(&tool, held.fence(), held.taken_over());
+                    break held;
+                }
                 Answer::Completed(finished) => {
+                    observe::found_finished(&tool, finished.ending);
                     return replay(&key, &policy, finished, errors.as_ref());
                 }
                 Answer::Conflict { reason, first } => {
+                    observe::conflict(&tool, reason);
                     let note = match reason {
                         ConflictReason::OtherTool => Cow::Borrowed(OTHER_TOOL_NOTE),
                         _ => policy
@@ -265,9 +274,12 @@ impl Call {
                 }
                 Answer::InFlight(woken) => {
                     let deadline = *deadline.get_or_insert_with(|| Instant::now() + policy.wait);
+                    let since = observe::waiting(&tool, deadline, policy.wait);
                     if tokio::time::timeout_at(deadline, woken).await.is_err() {
+                        observe::wait_deadline_passed(&tool, since);
                         return Err(Error::InProgress { key }.into());
                     }
+                    observe::woken(&tool, since);
                 }
             }
         };
@@ -280,7 +292,9 @@ impl Call {
             };
             // Nothing ran here: if the unknown outcome cannot be recorded, the
             // claim stays held and the next caller decides again.
-            held.complete(unknown).await.map_err(Error::from)?;
+            let recorded = observe::timed(&*store, "complete", held.complete(unknown)).await;
+            recorded.map_err(|e| observe::store_failed(&tool, &*store, "complete", e))?;
+            observe::unknown_outcome(&tool, true);
             return Err(Error::UnknownOutcome { key }.into());
         }
 
@@ -294,9 +308,15 @@ impl Call {
                     value: Recorded::typed(value.clone()),
                     finished_at: SystemTime::now(),
                 };
-                match held.complete(finished).await {
-                    Ok(()) => Ok(Outcome::Fresh { value }),
-                    Err(cause) => Err(not_recorded(key, cause, Some(&value)).into()),
+                match observe::timed(&*store, "complete", held.complete(finished)).await {
+                    Ok(()) => {
+                        observe::fresh(&tool);
+                        Ok(Outcome::Fresh { value })
+                    }
+                    Err(cause) => {
+                        observe::not_recorded(&tool, &*store, &cause);
+                        Err(not_recorded(key, cause, Some(&value)).into())
+                    }
                 }
             }
             Err(err) => match &errors {
@@ -306,13 +326,20 @@ impl Call {
                         value: (codec.record)(&err),
                         finished_at: SystemTime::now(),
                     };
-                    match held.complete(finished).await {
-                        Ok(()) => Err(err),
-                        Err(cause) => Err(not_recorded::<T>(key, cause, None).into()),
+                    match observe::timed(&*store, "complete", held.complete(finished)).await {
+                        Ok(()) => {
+                            observe::error_recorded(&tool);
+                            Err(err)
+                        }
+                        Err(cause) => {
+                            observe::not_recorded(&tool, &*store, &cause);
+                            Err(not_recorded::<T>(key, cause, None).into())
+                        }
                     }
                 }
                 None => {
-                    held.release().await;
+                    observe::timed(&*store, "release", held.release()).await;
+                    observe::released(&tool);
                     Err(err)
                 }
             },

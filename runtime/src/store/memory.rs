@@ -2,14 +2,17 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{Claim, ClaimRequest, ClaimState, Store, StoreError, StoreFuture, StoreResult, Wait};
+use super::{
+    Claim, ClaimRequest, ClaimState, Forget, Record, RecordCount, RecordPage, RecordQuery,
+    RecordState, Store, StoreError, StoreFuture, StoreResult, Wait,
+};
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
 use crate::outcome::ConflictReason;
@@ -342,10 +345,95 @@ impl Inner {
         }
     }
 
-    fn forget_now(&self, key: &Key) -> bool {
-        self.slots
-            .remove_if(key, |_, slot| matches!(slot, Slot::Done(_)))
-            .is_some()
+    /// Removes a finished record, or a held claim when forced. Here a held
+    /// claim's lease is always live: its holder is in this process.
+    fn forget_now(&self, key: &Key, how: Forget) -> StoreResult<bool> {
+        let force = how == Forget::Force;
+        let removed = self
+            .slots
+            .remove_if(key, |_, slot| force || matches!(slot, Slot::Done(_)));
+        match removed {
+            Some((_, Slot::Held(held))) => {
+                held.wake();
+                Ok(true)
+            }
+            Some(_) => Ok(true),
+            None if self.slots.contains_key(key) => Err(StoreError::LiveClaim {
+                key: key.as_str().to_owned(),
+            }),
+            None => Ok(false),
+        }
+    }
+
+    /// A slot as an operator reads it; `now` and `wall` are the same moment
+    /// on the two clocks, to turn expiry instants into times.
+    fn record(key: &Key, slot: &Slot, now: Instant, wall: SystemTime) -> Record {
+        let at = |instant: Instant| match instant.checked_duration_since(now) {
+            Some(ahead) => wall.checked_add(ahead),
+            None => wall.checked_sub(now.saturating_duration_since(instant)),
+        };
+        match slot {
+            Slot::Held(held) => Record {
+                key: key.clone(),
+                tool: held.tool.clone(),
+                state: RecordState::Held,
+                fence: held.fence,
+                taken_over: false,
+                owner: Some(held.owner),
+                lease_until: None,
+                result: None,
+                finished_at: None,
+                expires_at: None,
+            },
+            Slot::Done(done) => Record {
+                key: key.clone(),
+                tool: done.tool.clone(),
+                state: RecordState::of_ending(done.finished.ending),
+                fence: done.fence,
+                taken_over: false,
+                owner: None,
+                lease_until: None,
+                result: Some(done.finished.value.clone()),
+                finished_at: Some(done.finished.finished_at),
+                expires_at: at(done.expires_at),
+            },
+        }
+    }
+
+    fn list_now(&self, query: &RecordQuery) -> RecordPage {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let page = query.page_size();
+        // One shard at a time, never two locks at once; sorted afterwards.
+        let mut found: Vec<Record> = self
+            .slots
+            .iter()
+            .filter(|entry| {
+                query
+                    .after
+                    .as_deref()
+                    .is_none_or(|after| entry.key().as_str() > after)
+            })
+            .map(|entry| Inner::record(entry.key(), entry.value(), now, wall))
+            .filter(|record| query.matches(record, wall))
+            .collect();
+        found.sort_by(|a, b| a.key.as_str().cmp(b.key.as_str()));
+        found.truncate(page + 1);
+        RecordPage::from_overfetch(found, page)
+    }
+
+    fn count_now(&self) -> Vec<RecordCount> {
+        let mut counts = std::collections::BTreeMap::<(ToolId, RecordState), u64>::new();
+        for entry in self.slots.iter() {
+            let (tool, state) = match entry.value() {
+                Slot::Held(held) => (&held.tool, RecordState::Held),
+                Slot::Done(done) => (&done.tool, RecordState::of_ending(done.finished.ending)),
+            };
+            *counts.entry((tool.clone(), state)).or_default() += 1;
+        }
+        counts
+            .into_iter()
+            .map(|((tool, state), count)| RecordCount::new(tool, state, count))
+            .collect()
     }
 }
 
@@ -394,7 +482,29 @@ impl Store for MemoryStore {
         true
     }
 
-    fn forget<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<bool>> {
-        StoreFuture::ready(Ok(self.inner.forget_now(key)))
+    fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
+        StoreFuture::ready(self.inner.forget_now(key, how))
+    }
+
+    fn list<'a>(&'a self, query: &'a RecordQuery) -> StoreFuture<'a, StoreResult<RecordPage>> {
+        StoreFuture::ready(Ok(self.inner.list_now(query)))
+    }
+
+    fn inspect<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<Option<Record>>> {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let record = self
+            .inner
+            .slots
+            .get(key)
+            .map(|slot| Inner::record(key, &slot, now, wall));
+        StoreFuture::ready(Ok(record))
+    }
+
+    fn count(&self) -> StoreFuture<'_, StoreResult<Vec<RecordCount>>> {
+        StoreFuture::ready(Ok(self.inner.count_now()))
+    }
+
+    fn kind(&self) -> &'static str {
+        "memory"
     }
 }

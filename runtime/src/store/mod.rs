@@ -18,17 +18,25 @@ use crate::key::Key;
 use crate::outcome::ConflictReason;
 use crate::record::{Finished, Recorded, ToolId};
 
+mod inspect;
 pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod row;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod schema;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
+pub use inspect::{
+    DEFAULT_PAGE, Forget, MAX_PAGE, Record, RecordCount, RecordPage, RecordQuery, RecordState,
+};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use schema::SCHEMA_VERSION;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
@@ -176,6 +184,41 @@ pub enum StoreError {
     /// JSON refuse it on completion, before a replay could trip on it.
     #[error("the result cannot be stored faithfully as JSON")]
     Unrecordable(#[source] serde_json::Error),
+    /// [`Store::forget_with`] was asked to remove a claim whose lease is
+    /// live: its action may be running right now, and forgetting it would
+    /// let a repeat run the action a second time alongside it.
+    #[error(
+        "key `{key}` is held by a claim whose lease is live, so its action may be running now; \
+         wait for it to finish or for its lease to run out, or force the removal if its holder \
+         is known to be gone"
+    )]
+    LiveClaim {
+        /// The key's text.
+        key: String,
+    },
+    /// The database holds no schema of this library: it was never migrated,
+    /// or this is not the database the application uses.
+    #[error(
+        "the database has no `idempotent_claims` table: point at the database the application \
+         uses, or create the schema (`SqliteStore::open`, `PostgresStore::migrate`)"
+    )]
+    MissingSchema,
+    /// The database's schema is newer than this build of the library
+    /// understands; writing to it could break the newer code's records.
+    #[error(
+        "the database's schema is version {found}, newer than the version {supported} this build \
+         understands; upgrade this program to a release that knows version {found}"
+    )]
+    SchemaTooNew {
+        /// The version the database records.
+        found: u32,
+        /// The newest version this build knows.
+        supported: u32,
+    },
+    /// The store does not implement this operation (a store written
+    /// outside this library that keeps only what the guard needs).
+    #[error("this store does not support `{0}`")]
+    Unsupported(&'static str),
 }
 
 /// A result type for store operations.
@@ -226,9 +269,46 @@ pub trait Store: Send + Sync + 'static {
     /// were removed. Never removes a held claim.
     fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>>;
 
-    /// Removes a key's finished record, so the action may run again. For
-    /// operators resolving an unknown outcome; a held claim is left alone.
-    fn forget<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<bool>>;
+    /// Removes what is recorded under a key, so the action may run again:
+    /// for operators resolving an unknown outcome or a crashed holder.
+    /// Returns whether anything was removed.
+    ///
+    /// With [`Forget::UnlessLive`], a finished record or a claim whose lease
+    /// ran out is removed, and a claim whose lease is live is refused with
+    /// [`StoreError::LiveClaim`]. With [`Forget::Force`], a live claim is
+    /// removed too and its waiters are woken; its holder's completion then
+    /// reports [`StoreError::LeaseLost`].
+    fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>>;
+
+    /// [`Store::forget_with`] with [`Forget::UnlessLive`]: never removes a
+    /// claim whose action may be running.
+    fn forget<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<bool>> {
+        self.forget_with(key, Forget::UnlessLive)
+    }
+
+    /// Lists records matching `query`, one page at a time, in the order of
+    /// their keys' text. For operators; the guard never calls it.
+    fn list<'a>(&'a self, query: &'a RecordQuery) -> StoreFuture<'a, StoreResult<RecordPage>> {
+        let _ = query;
+        StoreFuture::ready(Err(StoreError::Unsupported("list")))
+    }
+
+    /// Reads one key's record in full, if there is one.
+    fn inspect<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<Option<Record>>> {
+        let _ = key;
+        StoreFuture::ready(Err(StoreError::Unsupported("inspect")))
+    }
+
+    /// Counts records by tool and state, in the order of tool, then state.
+    fn count(&self) -> StoreFuture<'_, StoreResult<Vec<RecordCount>>> {
+        StoreFuture::ready(Err(StoreError::Unsupported("count")))
+    }
+
+    /// The store's kind as traces and metrics name it: `memory`, `sqlite`,
+    /// `postgres`, or `custom` for stores written elsewhere.
+    fn kind(&self) -> &'static str {
+        "custom"
+    }
 
     /// Whether every method's future is ready as soon as it is returned
     /// (the memory store). The guard then calls the store inline. Otherwise

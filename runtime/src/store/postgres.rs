@@ -16,9 +16,13 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, Config, NoTls, Socket};
 
 use super::row::{self, Backoff, LEASE_MARGIN, Row, RowState, Verdict};
-use super::{Claim, ClaimRequest, ClaimState, Store, StoreError, StoreFuture, StoreResult, Wait};
+use super::schema::{self, SCHEMA_VERSION};
+use super::{
+    Claim, ClaimRequest, ClaimState, Forget, Record, RecordCount, RecordPage, RecordQuery,
+    RecordState, Store, StoreError, StoreFuture, StoreResult, Wait,
+};
 use crate::key::Key;
-use crate::record::Finished;
+use crate::record::{Finished, Recorded, ToolId};
 
 /// The deadpool-postgres crate this store is built on, to build a pool of
 /// the matching version for [`PostgresStore::from_pool`].
@@ -26,9 +30,30 @@ pub use deadpool_postgres;
 /// The tokio-postgres crate this store is built on.
 pub use tokio_postgres;
 
-/// The schema [`PostgresStore::migrate`] applies, for a DBA to read or
-/// apply by hand.
-pub const POSTGRES_SCHEMA: &str = include_str!("postgres/schema.sql");
+/// The schema [`PostgresStore::migrate`] applies, at [`SCHEMA_VERSION`],
+/// for a DBA to read or apply by hand.
+pub const POSTGRES_SCHEMA: &str = concat!(
+    include_str!("postgres/v1.sql"),
+    include_str!("postgres/v2.sql")
+);
+
+/// The script of each schema version, in order: a database at version `n`
+/// gets the scripts after the `n`th.
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
+    include_str!("postgres/v1.sql"),
+    include_str!("postgres/v2.sql"),
+];
+
+/// The schema version of the database (on the search path): the newest
+/// recorded, 1 for a claims table that predates versions, 0 for none.
+const SCHEMA_VERSION_OF: &str = "\
+SELECT CASE
+    WHEN to_regclass('idempotent_schema') IS NOT NULL THEN -1
+    WHEN to_regclass('idempotent_claims') IS NOT NULL THEN 1
+    ELSE 0
+END::integer";
+
+const NEWEST_VERSION: &str = "SELECT COALESCE(MAX(version), 1)::integer FROM idempotent_schema";
 
 /// The channel completions and releases notify, with the key digest in hex.
 pub const NOTIFY_CHANNEL: &str = "idempotent_claims";
@@ -174,7 +199,57 @@ DELETE FROM idempotent_claims c USING batch
 WHERE c.key_digest = batch.key_digest
   AND c.expires_at <= now() AND (c.state = 'done' OR c.lease_until <= now())";
 
-const FORGET: &str = "DELETE FROM idempotent_claims WHERE key_digest = $1 AND state = 'done'";
+/// Removes a finished record or a claim whose lease ran out, or anything
+/// when `$2` (forced), waking the waiters of a removed claim. Says whether
+/// it removed a row, and if not, whether a live claim is left.
+const FORGET: &str = "\
+WITH gone AS (
+    DELETE FROM idempotent_claims
+    WHERE key_digest = $1 AND (state = 'done' OR lease_until <= now() OR $2::boolean)
+    RETURNING key_digest, state
+),
+woken AS (
+    SELECT pg_notify('idempotent_claims', encode(key_digest, 'hex')) FROM gone
+    WHERE state = 'held'
+)
+SELECT (SELECT count(*) FROM gone) AS forgotten,
+       (SELECT count(*) FROM woken) AS woken,
+       EXISTS (SELECT 1 FROM idempotent_claims WHERE key_digest = $1 AND state = 'held') AS held";
+
+/// The columns an operator reads, in the order [`read_record`] takes them.
+macro_rules! record_columns {
+    () => {
+        "key_text, tool, state, owner, fence, taken_over, lease_until, ending, result, \
+         finished_at, expires_at"
+    };
+}
+
+/// One page of records. `$1`/`$2` the state and ending, `$3` the tool, `$4`
+/// the run (a prefix of the key), `$5` the age in milliseconds, `$6` the key
+/// to start after, `$7` the rows to return; a `NULL` matches anything. Keys
+/// sort byte by byte (`COLLATE \"C\"`), as in the other stores.
+const LIST: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM idempotent_claims
+WHERE ($1::text IS NULL OR state = $1::text) AND ($2::text IS NULL OR ending = $2::text)
+  AND ($3::text IS NULL OR tool = $3::text)
+  AND ($4::text IS NULL OR left(key_text, length($4::text)) = $4::text)
+  AND ($5::bigint IS NULL
+       OR COALESCE(finished_at, lease_until) < now() - $5::bigint * interval '1 millisecond')
+  AND ($6::text IS NULL OR key_text COLLATE \"C\" > $6::text)
+ORDER BY key_text COLLATE \"C\"
+LIMIT $7::bigint"
+);
+
+const INSPECT: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM idempotent_claims WHERE key_digest = $1"
+);
+
+const COUNT: &str = "\
+SELECT tool, state, ending, count(*) AS n FROM idempotent_claims GROUP BY tool, state, ending";
 
 /// The name an error gives a statement; looked up only when one failed.
 fn statement_name(sql: &str) -> &'static str {
@@ -186,6 +261,9 @@ fn statement_name(sql: &str) -> &'static str {
         (HELD_BY, "held-by"),
         (PURGE, "purge"),
         (FORGET, "forget"),
+        (LIST, "list"),
+        (INSPECT, "inspect"),
+        (COUNT, "count"),
     ]
     .into_iter()
     .find(|(text, _)| *text == sql)
@@ -453,18 +531,44 @@ impl PostgresStore {
         }
     }
 
-    /// Creates the table and its index if they are missing
-    /// ([`POSTGRES_SCHEMA`]), in one transaction under an advisory lock, so
-    /// that several processes starting at once do not trip over each other.
+    /// Brings the schema to [`SCHEMA_VERSION`] ([`POSTGRES_SCHEMA`]): it
+    /// creates a missing schema and upgrades an older one in place, in one
+    /// transaction under an advisory lock, so that several processes
+    /// starting at once do not trip over each other. A schema newer than
+    /// this build is refused with [`StoreError::SchemaTooNew`], and nothing
+    /// is changed.
     pub async fn migrate(&self) -> StoreResult<()> {
+        self.upgrade(true).await
+    }
+
+    /// Checks that the database holds this library's schema, without
+    /// creating it: [`StoreError::MissingSchema`] if it has none,
+    /// [`StoreError::SchemaTooNew`] if it is newer than this build. An older
+    /// schema is upgraded in place, as [`PostgresStore::migrate`] does. For
+    /// tools that inspect an application's store and must never create one
+    /// in the wrong database.
+    pub async fn check_schema(&self) -> StoreResult<()> {
+        self.upgrade(false).await
+    }
+
+    /// The schema version the database is at: 0 without the schema.
+    pub async fn schema_version(&self) -> StoreResult<u32> {
+        let client = self.inner.pool.get().await.map_err(pool_error)?;
+        version_of(&client).await
+    }
+
+    async fn upgrade(&self, create: bool) -> StoreResult<()> {
         let mut client = self.inner.pool.get().await.map_err(pool_error)?;
         let tx = client.transaction().await.map_err(pg_error("migrate"))?;
         tx.batch_execute(MIGRATE_LOCK)
             .await
             .map_err(pg_error("migrate"))?;
-        tx.batch_execute(POSTGRES_SCHEMA)
-            .await
-            .map_err(pg_error("migrate"))?;
+        let found = version_of(&tx).await?;
+        for script in schema::upgrades(&MIGRATIONS, found, create)? {
+            tx.batch_execute(script)
+                .await
+                .map_err(pg_error("migrate"))?;
+        }
         tx.commit().await.map_err(pg_error("migrate"))
     }
 
@@ -490,6 +594,54 @@ impl PostgresStore {
     pub fn statements(&self) -> u64 {
         self.inner.statements.load(Ordering::Relaxed)
     }
+}
+
+/// The schema version of the database the client is connected to.
+async fn version_of(client: &impl deadpool_postgres::GenericClient) -> StoreResult<u32> {
+    let found: i32 = client
+        .query_one(SCHEMA_VERSION_OF, &[])
+        .await
+        .map_err(pg_error("schema version"))?
+        .try_get(0)
+        .map_err(corrupt)?;
+    let found = if found < 0 {
+        client
+            .query_one(NEWEST_VERSION, &[])
+            .await
+            .map_err(pg_error("schema version"))?
+            .try_get::<_, i32>(0)
+            .map_err(corrupt)?
+    } else {
+        found
+    };
+    Ok(u32::try_from(found).unwrap_or(0))
+}
+
+/// Reads a row of [`record_columns`].
+fn read_record(found: &tokio_postgres::Row) -> StoreResult<Record> {
+    let state: String = found.try_get("state").map_err(corrupt)?;
+    let ending: Option<String> = found.try_get("ending").map_err(corrupt)?;
+    let state = row::record_state(&state, ending.as_deref())?;
+    let owner = if state == RecordState::Held {
+        Some(row::owner_from(found.try_get("owner").map_err(corrupt)?)?)
+    } else {
+        None
+    };
+    Ok(Record {
+        key: Key::from_recorded(found.try_get("key_text").map_err(corrupt)?),
+        tool: ToolId::owned(found.try_get::<_, String>("tool").map_err(corrupt)?),
+        state,
+        fence: row::fence_from(found.try_get("fence").map_err(corrupt)?)?,
+        taken_over: found.try_get("taken_over").map_err(corrupt)?,
+        owner,
+        lease_until: found.try_get("lease_until").map_err(corrupt)?,
+        result: found
+            .try_get::<_, Option<String>>("result")
+            .map_err(corrupt)?
+            .map(Recorded::from_json),
+        finished_at: found.try_get("finished_at").map_err(corrupt)?,
+        expires_at: Some(found.try_get("expires_at").map_err(corrupt)?),
+    })
 }
 
 impl Inner {
@@ -725,9 +877,83 @@ impl Inner {
         }
     }
 
-    async fn forget(&self, key: &Key) -> StoreResult<bool> {
+    async fn forget(&self, key: &Key, how: Forget) -> StoreResult<bool> {
         let digest = key.digest();
-        Ok(self.execute(FORGET, &[&digest.as_slice()]).await? > 0)
+        let force = how == Forget::Force;
+        let rows = self.query(FORGET, &[&digest.as_slice(), &force]).await?;
+        let found = rows
+            .first()
+            .ok_or_else(|| StoreError::Corrupt("a forget that returned no row".into()))?;
+        let forgotten: i64 = found.try_get("forgotten").map_err(corrupt)?;
+        if forgotten > 0 {
+            return Ok(true);
+        }
+        if found.try_get::<_, bool>("held").map_err(corrupt)? {
+            return Err(StoreError::LiveClaim {
+                key: key.as_str().to_owned(),
+            });
+        }
+        Ok(false)
+    }
+
+    async fn list(&self, query: &RecordQuery) -> StoreResult<RecordPage> {
+        let (state, ending) = query.state.map(RecordState::columns).unzip();
+        let ending = ending.flatten();
+        let age = query.older_than.map(row::millis);
+        let page = query.page_size();
+        let limit = i64::try_from(page + 1).unwrap_or(i64::MAX);
+        let rows = self
+            .query(
+                LIST,
+                &[
+                    &state,
+                    &ending,
+                    &query.tool,
+                    &query.run,
+                    &age,
+                    &query.after,
+                    &limit,
+                ],
+            )
+            .await?;
+        let records = rows.iter().map(read_record).collect::<StoreResult<_>>()?;
+        Ok(RecordPage::from_overfetch(records, page))
+    }
+
+    async fn inspect(&self, key: &Key) -> StoreResult<Option<Record>> {
+        let digest = key.digest();
+        let rows = self.query(INSPECT, &[&digest.as_slice()]).await?;
+        let Some(found) = rows.first() else {
+            return Ok(None);
+        };
+        let record = read_record(found)?;
+        if record.key != *key {
+            return Err(StoreError::Corrupt(format!(
+                "key `{key}` shares its digest with the stored key `{}`",
+                record.key
+            )));
+        }
+        Ok(Some(record))
+    }
+
+    async fn count(&self) -> StoreResult<Vec<RecordCount>> {
+        let rows = self.query(COUNT, &[]).await?;
+        let mut counts = rows
+            .iter()
+            .map(|found| {
+                let tool: String = found.try_get("tool").map_err(corrupt)?;
+                let state: String = found.try_get("state").map_err(corrupt)?;
+                let ending: Option<String> = found.try_get("ending").map_err(corrupt)?;
+                let n: i64 = found.try_get("n").map_err(corrupt)?;
+                Ok(RecordCount::new(
+                    ToolId::owned(tool),
+                    row::record_state(&state, ending.as_deref())?,
+                    u64::try_from(n).unwrap_or(0),
+                ))
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        counts.sort_by(|a, b| (&a.tool, a.state).cmp(&(&b.tool, b.state)));
+        Ok(counts)
     }
 }
 
@@ -1016,8 +1242,24 @@ impl Store for PostgresStore {
         StoreFuture::boxed(self.inner.purge_expired())
     }
 
-    fn forget<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<bool>> {
-        StoreFuture::boxed(self.inner.forget(key))
+    fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
+        StoreFuture::boxed(self.inner.forget(key, how))
+    }
+
+    fn list<'a>(&'a self, query: &'a RecordQuery) -> StoreFuture<'a, StoreResult<RecordPage>> {
+        StoreFuture::boxed(self.inner.list(query))
+    }
+
+    fn inspect<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<Option<Record>>> {
+        StoreFuture::boxed(self.inner.inspect(key))
+    }
+
+    fn count(&self) -> StoreFuture<'_, StoreResult<Vec<RecordCount>>> {
+        StoreFuture::boxed(self.inner.count())
+    }
+
+    fn kind(&self) -> &'static str {
+        "postgres"
     }
 
     /// A third of the lease: two renewals may fail or come late before

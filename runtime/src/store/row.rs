@@ -8,7 +8,7 @@
 use std::time::UNIX_EPOCH;
 use std::time::{Duration, SystemTime};
 
-use super::{ClaimRequest, ClaimState, StoreError, StoreResult};
+use super::{ClaimRequest, ClaimState, RecordState, StoreError, StoreResult};
 use crate::outcome::ConflictReason;
 use crate::record::{Ending, Finished, Recorded};
 
@@ -74,6 +74,20 @@ pub(crate) fn fence_from(fence: i64) -> StoreResult<u64> {
 /// A fence to store.
 pub(crate) fn fence_to(fence: u64) -> i64 {
     i64::try_from(fence).unwrap_or(i64::MAX)
+}
+
+/// A record's state from a row's `state` and `ending` columns.
+pub(crate) fn record_state(state: &str, ending: Option<&str>) -> StoreResult<RecordState> {
+    match (state, ending) {
+        ("held", _) => Ok(RecordState::Held),
+        ("done", Some(ending)) => Ending::parse(ending)
+            .map(RecordState::of_ending)
+            .ok_or_else(|| StoreError::Corrupt(format!("an unknown ending `{ending}`"))),
+        ("done", None) => Err(StoreError::Corrupt(
+            "a finished row without an ending".into(),
+        )),
+        (other, _) => Err(StoreError::Corrupt(format!("a row in state `{other}`"))),
+    }
 }
 
 /// A row that a claim found held or finished by someone else.

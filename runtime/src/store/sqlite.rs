@@ -8,20 +8,31 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use deadpool::unmanaged::Pool;
-use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::watch;
 
 use super::row::{self, Backoff, Row, RowState, Verdict};
-use super::{Claim, ClaimRequest, ClaimState, Store, StoreError, StoreFuture, StoreResult, Wait};
+use super::schema::{self, SCHEMA_VERSION};
+use super::{
+    Claim, ClaimRequest, ClaimState, Forget, Record, RecordCount, RecordPage, RecordQuery,
+    RecordState, Store, StoreError, StoreFuture, StoreResult, Wait,
+};
 use crate::key::Key;
-use crate::record::Finished;
+use crate::record::{Finished, Recorded, ToolId};
 
 /// The rusqlite crate this store is built on, for applications that want to
 /// look at the file themselves with a matching version.
 pub use rusqlite;
 
-/// The schema [`SqliteStore::open`] applies, for reading or applying by hand.
-pub const SQLITE_SCHEMA: &str = include_str!("sqlite/schema.sql");
+/// The schema [`SqliteStore::open`] applies, at [`SCHEMA_VERSION`], for
+/// reading or applying by hand.
+pub const SQLITE_SCHEMA: &str =
+    concat!(include_str!("sqlite/v1.sql"), include_str!("sqlite/v2.sql"));
+
+/// The script of each schema version, in order: a file at version `n` gets
+/// the scripts after the `n`th.
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] =
+    [include_str!("sqlite/v1.sql"), include_str!("sqlite/v2.sql")];
 
 /// How long a statement waits for another process's write lock before the
 /// store reports itself [unavailable](StoreError::Unavailable).
@@ -126,7 +137,46 @@ const PURGE: &str = "DELETE FROM idempotent_claims WHERE rowid IN ( \
        WHERE expires_at <= ?1 AND (state = 'done' OR lease_until <= ?1) \
        LIMIT ?2)";
 
-const FORGET: &str = "DELETE FROM idempotent_claims WHERE key_digest = ?1 AND state = 'done'";
+/// Removes a finished record or a claim whose lease ran out, or anything
+/// when `?3` (forced). `?2` is now.
+const FORGET: &str = "DELETE FROM idempotent_claims \
+     WHERE key_digest = ?1 AND (state = 'done' OR lease_until <= ?2 OR ?3)";
+
+/// Whether a held claim is left under a key that a forget did not remove.
+const HELD: &str = "SELECT 1 FROM idempotent_claims WHERE key_digest = ?1 AND state = 'held'";
+
+/// The columns an operator reads, in the order [`read_record`] takes them.
+macro_rules! record_columns {
+    () => {
+        "key_text, tool, state, owner, fence, taken_over, lease_until, ending, result, \
+         finished_at, expires_at"
+    };
+}
+
+/// One page of records. `?1`/`?2` the state and ending, `?3` the tool, `?4`
+/// the run (a prefix of the key), `?5` the latest change time to match,
+/// `?6` the key to start after, `?7` the rows to return; a `NULL` matches
+/// anything.
+const LIST: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM idempotent_claims \
+     WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR ending = ?2) \
+       AND (?3 IS NULL OR tool = ?3) \
+       AND (?4 IS NULL OR substr(key_text, 1, length(?4)) = ?4) \
+       AND (?5 IS NULL OR COALESCE(finished_at, lease_until) < ?5) \
+       AND (?6 IS NULL OR key_text > ?6) \
+     ORDER BY key_text LIMIT ?7"
+);
+
+const INSPECT: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM idempotent_claims WHERE key_digest = ?1"
+);
+
+const COUNT: &str = "SELECT tool, state, ending, count(*) FROM idempotent_claims \
+     GROUP BY tool, state, ending";
 
 /// Claims and records in one SQLite file, for several processes on one host.
 ///
@@ -221,9 +271,21 @@ pub struct SqliteStoreBuilder {
     poll_first: Duration,
     poll_max: Duration,
     purge_batch: usize,
+    create: bool,
 }
 
 impl SqliteStoreBuilder {
+    /// Whether [`open`](SqliteStoreBuilder::open) may create the file and
+    /// its schema (the default). With `false` it opens only a file that
+    /// holds the schema already, and fails with
+    /// [`StoreError::MissingSchema`] otherwise: for tools that inspect an
+    /// application's store and must never create one by mistake. An older
+    /// schema is still upgraded in place.
+    pub fn create(mut self, create: bool) -> SqliteStoreBuilder {
+        self.create = create;
+        self
+    }
+
     /// How many connections this process keeps open (default 2, at least
     /// 1). SQLite lets one connection write at a time, so more connections
     /// mostly help waiters read while a claim writes.
@@ -257,16 +319,19 @@ impl SqliteStoreBuilder {
         self
     }
 
-    /// Opens (or creates) the file, switches it to WAL and creates the
-    /// schema if it is missing. This does blocking file I/O: call it at
-    /// start-up, or from `spawn_blocking`.
+    /// Opens (or creates) the file, switches it to WAL, and brings its
+    /// schema to [`SCHEMA_VERSION`]: it creates a missing schema and
+    /// upgrades an older one in place, in one transaction. A schema newer
+    /// than this build is refused with [`StoreError::SchemaTooNew`]. This
+    /// does blocking file I/O: call it at start-up, or from
+    /// `spawn_blocking`.
     pub fn open(self) -> StoreResult<SqliteStore> {
         let mut connections = Vec::with_capacity(self.connections);
         for _ in 0..self.connections {
-            connections.push(connect(&self.path, self.busy_timeout)?);
+            connections.push(connect(&self.path, self.busy_timeout, self.create)?);
         }
-        if let Some(first) = connections.first() {
-            first.execute_batch(SQLITE_SCHEMA).map_err(store_error)?;
+        if let Some(first) = connections.first_mut() {
+            migrate(first, self.create)?;
         }
         Ok(SqliteStore {
             inner: Arc::new(Inner {
@@ -282,8 +347,54 @@ impl SqliteStoreBuilder {
     }
 }
 
-fn connect(path: &Path, busy_timeout: Duration) -> StoreResult<Connection> {
-    let conn = Connection::open(path).map_err(store_error)?;
+/// The schema version of the file: the newest recorded, 1 for a claims
+/// table that predates versions, 0 for none.
+pub(crate) fn schema_version(conn: &Connection) -> rusqlite::Result<u32> {
+    let has = |table: &str| -> rusqlite::Result<bool> {
+        conn.query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            [table],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|n| n > 0)
+    };
+    if has("idempotent_schema")? {
+        let newest: i64 = conn.query_row(
+            "SELECT COALESCE(MAX(version), 1) FROM idempotent_schema",
+            [],
+            |r| r.get(0),
+        )?;
+        return Ok(u32::try_from(newest).unwrap_or(u32::MAX));
+    }
+    Ok(u32::from(has("idempotent_claims")?))
+}
+
+/// Brings the file's schema to [`SCHEMA_VERSION`] in one transaction, which
+/// takes the write lock first, so processes opening one file at once apply
+/// each script once.
+fn migrate(conn: &mut Connection, create: bool) -> StoreResult<()> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(store_error)?;
+    let found = schema_version(&tx).map_err(store_error)?;
+    for script in schema::upgrades(&MIGRATIONS, found, create)? {
+        tx.execute_batch(script).map_err(store_error)?;
+    }
+    tx.commit().map_err(store_error)
+}
+
+fn connect(path: &Path, busy_timeout: Duration, create: bool) -> StoreResult<Connection> {
+    let conn = if create {
+        Connection::open(path)
+    } else {
+        Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_URI
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+    }
+    .map_err(store_error)?;
     conn.busy_timeout(busy_timeout).map_err(store_error)?;
     let mode: String = conn
         .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
@@ -360,6 +471,7 @@ impl SqliteStore {
             poll_first: DEFAULT_POLL_FIRST,
             poll_max: DEFAULT_POLL_MAX,
             purge_batch: DEFAULT_PURGE_BATCH,
+            create: true,
         }
     }
 
@@ -644,15 +756,164 @@ impl Inner {
         }
     }
 
-    async fn forget(self: &Arc<Self>, key: &Key) -> StoreResult<bool> {
+    async fn forget(self: &Arc<Self>, key: &Key, how: Forget) -> StoreResult<bool> {
         let digest = key.digest();
-        let deleted = self
-            .run(move |_, conn| {
-                conn.prepare_cached(FORGET)?
-                    .execute(params![digest.as_slice()])
+        let force = how == Forget::Force;
+        let (deleted, live) = self
+            .run(move |inner, conn| {
+                let deleted = conn.prepare_cached(FORGET)?.execute(params![
+                    digest.as_slice(),
+                    now_millis(),
+                    force
+                ])?;
+                if deleted > 0 {
+                    // A forced claim's waiters in this process look again.
+                    inner.settle();
+                    return Ok((true, false));
+                }
+                let live = conn
+                    .prepare_cached(HELD)?
+                    .exists(params![digest.as_slice()])?;
+                Ok((false, live))
             })
             .await?;
-        Ok(deleted > 0)
+        if live {
+            return Err(StoreError::LiveClaim {
+                key: key.as_str().to_owned(),
+            });
+        }
+        Ok(deleted)
+    }
+
+    async fn list(self: &Arc<Self>, query: &RecordQuery) -> StoreResult<RecordPage> {
+        let (state, ending) = query.state.map(RecordState::columns).unzip();
+        let ending = ending.flatten();
+        let tool = query.tool.clone();
+        let run = query.run.clone();
+        let before = query
+            .older_than
+            .map(|age| now_millis().saturating_sub(row::millis(age)));
+        let after = query.after.clone();
+        let page = query.page_size();
+        let limit = i64::try_from(page + 1).unwrap_or(i64::MAX);
+        let raw = self
+            .run(move |_, conn| {
+                conn.prepare_cached(LIST)?
+                    .query_map(
+                        params![state, ending, tool, run, before, after, limit],
+                        read_record,
+                    )?
+                    .collect::<rusqlite::Result<Vec<RawRecord>>>()
+            })
+            .await?;
+        let records = raw
+            .into_iter()
+            .map(RawRecord::into_record)
+            .collect::<StoreResult<Vec<Record>>>()?;
+        Ok(RecordPage::from_overfetch(records, page))
+    }
+
+    async fn inspect(self: &Arc<Self>, key: &Key) -> StoreResult<Option<Record>> {
+        let digest = key.digest();
+        let raw = self
+            .run(move |_, conn| {
+                conn.prepare_cached(INSPECT)?
+                    .query_row(params![digest.as_slice()], read_record)
+                    .optional()
+            })
+            .await?;
+        match raw {
+            Some(raw) if raw.key_text != key.as_str() => Err(StoreError::Corrupt(format!(
+                "key `{key}` shares its digest with the stored key `{}`",
+                raw.key_text
+            ))),
+            Some(raw) => raw.into_record().map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn count(self: &Arc<Self>) -> StoreResult<Vec<RecordCount>> {
+        let rows = self
+            .run(move |_, conn| {
+                conn.prepare_cached(COUNT)?
+                    .query_map([], |r| {
+                        Ok((
+                            r.get::<_, String>(0)?,
+                            r.get::<_, String>(1)?,
+                            r.get::<_, Option<String>>(2)?,
+                            r.get::<_, i64>(3)?,
+                        ))
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .await?;
+        let mut counts = rows
+            .into_iter()
+            .map(|(tool, state, ending, count)| {
+                let state = row::record_state(&state, ending.as_deref())?;
+                Ok(RecordCount::new(
+                    ToolId::owned(tool),
+                    state,
+                    u64::try_from(count).unwrap_or(0),
+                ))
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        counts.sort_by(|a, b| (&a.tool, a.state).cmp(&(&b.tool, b.state)));
+        Ok(counts)
+    }
+}
+
+/// A record as SQLite returns it.
+struct RawRecord {
+    key_text: String,
+    tool: String,
+    state: String,
+    owner: Vec<u8>,
+    fence: i64,
+    taken_over: bool,
+    lease_until: Option<i64>,
+    ending: Option<String>,
+    result: Option<String>,
+    finished_at: Option<i64>,
+    expires_at: i64,
+}
+
+fn read_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRecord> {
+    Ok(RawRecord {
+        key_text: r.get(0)?,
+        tool: r.get(1)?,
+        state: r.get(2)?,
+        owner: r.get(3)?,
+        fence: r.get(4)?,
+        taken_over: r.get::<_, i64>(5)? != 0,
+        lease_until: r.get(6)?,
+        ending: r.get(7)?,
+        result: r.get(8)?,
+        finished_at: r.get(9)?,
+        expires_at: r.get(10)?,
+    })
+}
+
+impl RawRecord {
+    fn into_record(self) -> StoreResult<Record> {
+        let state = row::record_state(&self.state, self.ending.as_deref())?;
+        let held = state == RecordState::Held;
+        Ok(Record {
+            key: Key::from_recorded(&self.key_text),
+            tool: ToolId::owned(self.tool),
+            state,
+            fence: row::fence_from(self.fence)?,
+            taken_over: self.taken_over,
+            owner: if held {
+                Some(row::owner_from(&self.owner)?)
+            } else {
+                None
+            },
+            lease_until: self.lease_until.map(row::from_unix_millis),
+            result: self.result.map(Recorded::from_json),
+            finished_at: self.finished_at.map(row::from_unix_millis),
+            expires_at: Some(row::from_unix_millis(self.expires_at)),
+        })
     }
 }
 
@@ -712,8 +973,24 @@ impl Store for SqliteStore {
         StoreFuture::boxed(self.inner.purge_expired())
     }
 
-    fn forget<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<bool>> {
-        StoreFuture::boxed(self.inner.forget(key))
+    fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
+        StoreFuture::boxed(self.inner.forget(key, how))
+    }
+
+    fn list<'a>(&'a self, query: &'a RecordQuery) -> StoreFuture<'a, StoreResult<RecordPage>> {
+        StoreFuture::boxed(self.inner.list(query))
+    }
+
+    fn inspect<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<Option<Record>>> {
+        StoreFuture::boxed(self.inner.inspect(key))
+    }
+
+    fn count(&self) -> StoreFuture<'_, StoreResult<Vec<RecordCount>>> {
+        StoreFuture::boxed(self.inner.count())
+    }
+
+    fn kind(&self) -> &'static str {
+        "sqlite"
     }
 
     /// A third of the lease: two renewals may fail or come late before

@@ -1,6 +1,8 @@
--- The Postgres store's schema. `PostgresStore::migrate` applies it (inside a
--- transaction, under an advisory lock, so several processes may call it at
--- once); a DBA may apply it by hand instead. Every statement is idempotent.
+-- The Postgres store's schema, version 1: the claims table.
+-- `PostgresStore::migrate` applies every version a database lacks, in order
+-- (inside a transaction, under an advisory lock, so several processes may
+-- call it at once); a DBA may apply them by hand instead. Every statement is
+-- idempotent.
 --
 -- The table is created in the first schema on the connection's search_path;
 -- set the role's search_path to keep it elsewhere. One row per key. Times

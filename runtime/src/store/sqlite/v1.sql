@@ -1,5 +1,5 @@
--- The SQLite store's schema. `SqliteStore::open` applies it to a new file;
--- every statement is idempotent, so opening an existing file changes nothing.
+-- The SQLite store's schema, version 1: the claims table. `SqliteStore::open`
+-- applies every version a file lacks, in order; every statement is idempotent.
 --
 -- One row per key. Times are milliseconds since the Unix epoch, from the
 -- clock of the process that wrote them (every process on one file shares

@@ -1,0 +1,327 @@
+//! What an operator reads of a store: records listed with filters and
+//! paging, one record in full, counts by state and tool.
+//!
+//! The guard never calls these; they are for dashboards, scripts and the
+//! command-line tool, to find and resolve what the guard cannot (an unknown
+//! outcome, a claim whose holder crashed).
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use crate::key::Key;
+use crate::record::{Ending, Recorded, ToolId};
+
+/// The most records one page holds, whatever a query asks for.
+pub const MAX_PAGE: usize = 1000;
+
+/// The records a page holds unless a query says otherwise.
+pub const DEFAULT_PAGE: usize = 100;
+
+/// Where a record stands, as an operator filters on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum RecordState {
+    /// A claim is held: its action is running, or its holder stopped and the
+    /// lease has not yet let another caller take over.
+    Held,
+    /// The action finished with a result, which every repeat replays.
+    Done,
+    /// The outcome is unknown: a holder stopped mid-action under
+    /// [`Takeover::ReportUnknown`](crate::Takeover::ReportUnknown), or its
+    /// result could not be kept. Every call gets
+    /// [`Error::UnknownOutcome`](crate::Error::UnknownOutcome) until an
+    /// operator forgets the key.
+    Unknown,
+    /// The action's error was recorded as final, and every repeat gets it.
+    RecordedError,
+}
+
+impl RecordState {
+    /// Every state, in the order listings use.
+    pub const ALL: [RecordState; 4] = [
+        RecordState::Held,
+        RecordState::Done,
+        RecordState::Unknown,
+        RecordState::RecordedError,
+    ];
+
+    /// The state's name: `held`, `done`, `unknown` or `error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordState::Held => "held",
+            RecordState::Done => "done",
+            RecordState::Unknown => "unknown",
+            RecordState::RecordedError => "error",
+        }
+    }
+
+    /// Parses what [`RecordState::as_str`] writes.
+    pub fn parse(text: &str) -> Option<RecordState> {
+        RecordState::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+
+    /// The state of a finished record that ended this way.
+    pub fn of_ending(ending: Ending) -> RecordState {
+        match ending {
+            Ending::Ok => RecordState::Done,
+            Ending::Err => RecordState::RecordedError,
+            Ending::Unknown => RecordState::Unknown,
+        }
+    }
+
+    /// The column values a durable store matches for this state:
+    /// `(state, ending)`, the ending `None` for a held claim.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    pub(crate) fn columns(self) -> (&'static str, Option<&'static str>) {
+        match self {
+            RecordState::Held => ("held", None),
+            RecordState::Done => ("done", Some("ok")),
+            RecordState::Unknown => ("done", Some("unknown")),
+            RecordState::RecordedError => ("done", Some("err")),
+        }
+    }
+}
+
+impl fmt::Display for RecordState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which records to list, and which page of them.
+///
+/// Records come in the order of their keys' text; a page ends where the
+/// next begins ([`RecordPage::next`]). Every filter left `None` matches
+/// everything.
+///
+/// ```
+/// use std::time::Duration;
+/// use idempotent_tools::store::{RecordQuery, RecordState};
+///
+/// let stuck = RecordQuery::new()
+///     .state(RecordState::Unknown)
+///     .tool("shop::refund_order")
+///     .older_than(Duration::from_secs(3600))
+///     .limit(50);
+/// assert_eq!(stuck.limit, 50);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecordQuery {
+    /// Only records in this state.
+    pub state: Option<RecordState>,
+    /// Only records of this tool (its full id, such as `shop::refund_order`).
+    pub tool: Option<String>,
+    /// Only records of this run: keys whose text begins with the run's id,
+    /// as keys written from a template that starts with `<run>` do.
+    pub run: Option<String>,
+    /// Only records that last changed longer ago than this: finished that
+    /// long ago, or held by a claim whose lease ran out that long ago (a
+    /// claim whose lease is live never matches).
+    pub older_than: Option<Duration>,
+    /// Only records whose key's text sorts after this one: the previous
+    /// page's [`RecordPage::next`].
+    pub after: Option<String>,
+    /// At most this many records (at least 1, at most [`MAX_PAGE`]).
+    pub limit: usize,
+}
+
+impl Default for RecordQuery {
+    fn default() -> Self {
+        RecordQuery::new()
+    }
+}
+
+impl RecordQuery {
+    /// Every record, first page of [`DEFAULT_PAGE`].
+    pub fn new() -> RecordQuery {
+        RecordQuery {
+            state: None,
+            tool: None,
+            run: None,
+            older_than: None,
+            after: None,
+            limit: DEFAULT_PAGE,
+        }
+    }
+
+    /// Only records in `state`.
+    pub fn state(mut self, state: RecordState) -> RecordQuery {
+        self.state = Some(state);
+        self
+    }
+
+    /// Only records of `tool`.
+    pub fn tool(mut self, tool: impl Into<String>) -> RecordQuery {
+        self.tool = Some(tool.into());
+        self
+    }
+
+    /// Only records whose key begins with `run`.
+    pub fn run(mut self, run: impl Into<String>) -> RecordQuery {
+        self.run = Some(run.into());
+        self
+    }
+
+    /// Only records that last changed longer ago than `age`.
+    pub fn older_than(mut self, age: Duration) -> RecordQuery {
+        self.older_than = Some(age);
+        self
+    }
+
+    /// The page after the one that ended with `next`.
+    pub fn after(mut self, next: impl Into<String>) -> RecordQuery {
+        self.after = Some(next.into());
+        self
+    }
+
+    /// At most `limit` records per page (clamped to 1..=[`MAX_PAGE`]).
+    pub fn limit(mut self, limit: usize) -> RecordQuery {
+        self.limit = limit;
+        self
+    }
+
+    /// The page size a store uses: the limit, clamped.
+    pub fn page_size(&self) -> usize {
+        self.limit.clamp(1, MAX_PAGE)
+    }
+
+    /// Whether a record passes the filters (not the paging), `now` being the
+    /// time to measure ages from. For stores that filter in memory.
+    pub fn matches(&self, record: &Record, now: SystemTime) -> bool {
+        if self.state.is_some_and(|s| s != record.state) {
+            return false;
+        }
+        if self
+            .tool
+            .as_deref()
+            .is_some_and(|t| t != record.tool.as_str())
+        {
+            return false;
+        }
+        if self
+            .run
+            .as_deref()
+            .is_some_and(|run| !record.key.as_str().starts_with(run))
+        {
+            return false;
+        }
+        if let Some(age) = self.older_than {
+            let Some(changed) = record.finished_at.or(record.lease_until) else {
+                return false;
+            };
+            if now
+                .duration_since(changed)
+                .map_or(true, |since| since <= age)
+            {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// One page of records.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RecordPage {
+    /// The records, in the order of their keys' text.
+    pub records: Vec<Record>,
+    /// Where the next page starts ([`RecordQuery::after`]), or `None` if
+    /// this is the last.
+    pub next: Option<String>,
+}
+
+impl RecordPage {
+    /// A page of `records`, fetched with one more than the page size asked
+    /// for so that whether another page follows is known.
+    pub(crate) fn from_overfetch(mut records: Vec<Record>, page_size: usize) -> RecordPage {
+        let more = records.len() > page_size;
+        records.truncate(page_size);
+        let next = if more {
+            records.last().map(|r| r.key.as_str().to_owned())
+        } else {
+            None
+        };
+        RecordPage { records, next }
+    }
+}
+
+/// One record in full, as a store keeps it.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Record {
+    /// The key, in full.
+    pub key: Key,
+    /// The tool that claimed it.
+    pub tool: ToolId,
+    /// Where it stands.
+    pub state: RecordState,
+    /// Its fence: 1 for the first claim, bumped by every takeover.
+    pub fence: u64,
+    /// Whether the current claim took over from a holder whose lease ran
+    /// out.
+    pub taken_over: bool,
+    /// The holder's owner token, while held.
+    pub owner: Option<u128>,
+    /// When the holder's lease runs (or ran) out, while held. `None` in the
+    /// memory store, whose leases never run out under a live process.
+    pub lease_until: Option<SystemTime>,
+    /// The result or recorded error, once finished (JSON `null` for an
+    /// unknown outcome).
+    pub result: Option<Recorded>,
+    /// When the action finished.
+    pub finished_at: Option<SystemTime>,
+    /// When a purge may remove the record. `None` for a claim held in the
+    /// memory store, which is never purged.
+    pub expires_at: Option<SystemTime>,
+}
+
+impl Record {
+    /// Whether a holder's lease is live at `now`: its action may be running,
+    /// so forgetting the key could let the action run twice at once.
+    pub fn lease_is_live(&self, now: SystemTime) -> bool {
+        self.state == RecordState::Held && self.lease_until.is_none_or(|until| until > now)
+    }
+
+    /// The key's SHA-256 in hex, as the guard's traces name it.
+    pub fn key_digest(&self) -> String {
+        hex::encode(self.key.digest())
+    }
+}
+
+/// How many records a store holds of one tool in one state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecordCount {
+    /// The tool.
+    pub tool: ToolId,
+    /// The state.
+    pub state: RecordState,
+    /// How many.
+    pub count: u64,
+}
+
+impl RecordCount {
+    /// A count.
+    pub fn new(tool: ToolId, state: RecordState, count: u64) -> RecordCount {
+        RecordCount { tool, state, count }
+    }
+}
+
+/// What [`Store::forget_with`](crate::Store::forget_with) may remove.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Forget {
+    /// A finished record, or a held claim whose lease ran out (its holder
+    /// stopped). A claim whose lease is live is refused with
+    /// [`StoreError::LiveClaim`](crate::StoreError::LiveClaim): its action
+    /// may be running right now.
+    #[default]
+    UnlessLive,
+    /// Anything under the key, a live claim too. Its holder's completion
+    /// then changes nothing and reports the claim lost; its waiters wake and
+    /// claim again, so the action may run a second time. For a holder known
+    /// to be gone whose lease has not yet run out.
+    Force,
+}
