@@ -1,117 +1,151 @@
 //! Make an LLM agent's tool carry out its real-world action once per ask,
 //! however many times the model calls it.
 //!
-//! A model that asks for the same refund twice, in one step or across two,
-//! gets one refund: the second call replays the first result, with a note
-//! saying it was already done. The same order asked with another amount is
-//! a conflict, not a second refund.
+//! Models repeat tool calls: twice in one step under two call ids, again in
+//! a later step, again after a timeout. A refund tool that simply acts
+//! refunds twice. `#[idempotent(key = "...")]` names the action by what was
+//! asked (the run and the order, never the model's wording or the call id),
+//! claims that key in a store *before* the body runs, and gives every other
+//! call with the key the first result instead of acting again.
 //!
 //! ```
-//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use idempotent_tools::{Outcome, Run, current_key, idempotent};
+//! use serde::{Deserialize, Serialize};
 //!
-//! use idempotent_tools::{Outcome, Run, idempotent};
-//!
-//! static REFUNDS_SENT: AtomicUsize = AtomicUsize::new(0);
-//!
-//! #[derive(Debug, thiserror::Error)]
-//! enum PayError {
-//!     #[error(transparent)]
-//!     Idempotency(#[from] idempotent_tools::Error),
+//! #[derive(Clone, Debug, Serialize, Deserialize)]
+//! struct Refund {
+//!     id: String,
+//!     cents: u64,
 //! }
 //!
-//! /// `<run>` is the agent run in scope; `reason` is the model's wording,
-//! /// kept out of the key.
+//! #[derive(Debug)]
+//! enum PayError {
+//!     Idempotency(idempotent_tools::Error),
+//!     Declined,
+//! }
+//!
+//! // The guard's own errors (store down, no run, ...) reach the caller as `PayError`.
+//! impl From<idempotent_tools::Error> for PayError {
+//!     fn from(error: idempotent_tools::Error) -> PayError {
+//!         PayError::Idempotency(error)
+//!     }
+//! }
+//!
+//! /// Stands in for the payment provider's client.
+//! struct Payments;
+//!
+//! impl Payments {
+//!     async fn refund(&self, order_id: u64, cents: u64, key: Option<String>) -> Result<Refund, PayError> {
+//!         let _ = key; // a real client sends it as its idempotency key
+//!         if cents == 0 {
+//!             return Err(PayError::Declined);
+//!         }
+//!         Ok(Refund { id: format!("re_{order_id}"), cents })
+//!     }
+//! }
+//!
 //! #[idempotent(key = "<run>:refund:<order_id>")]
 //! async fn refund_order(
 //!     order_id: u64,
 //!     cents: u64,
-//!     #[free_text] reason: String,
-//! ) -> Result<Outcome<u64>, PayError> {
+//!     #[free_text] reason: String, // the model's wording: never in the key
+//! ) -> Result<Outcome<Refund>, PayError> {
 //!     let _ = reason;
-//!     REFUNDS_SENT.fetch_add(1, Ordering::SeqCst);
-//!     Ok(cents)
+//!     // Hand the same key to the provider, so a retry after a crash is deduplicated there too.
+//!     let key = current_key().map(|k| k.provider_key().into_owned());
+//!     Payments.refund(order_id, cents, key).await
 //! }
 //!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), PayError> {
-//! Run::new("run-7")?
-//!     .scope(async {
-//!         let first = refund_order(1182, 4200, "damaged".into()).await?;
-//!         let again = refund_order(1182, 4200, "arrived broken".into()).await?;
-//!         let other = refund_order(1182, 4100, "damaged".into()).await?;
-//!         assert!(first.is_fresh());
-//!         assert!(again.is_replay());
-//!         assert!(other.is_conflict());
-//!         Ok::<_, PayError>(())
-//!     })
-//!     .await?;
-//! assert_eq!(REFUNDS_SENT.load(Ordering::SeqCst), 1);
-//! # Ok(()) }
+//! #[tokio::main]
+//! async fn main() -> Result<(), PayError> {
+//!     // One agent run of your own loop: `<run>` reads the run in scope.
+//!     Run::new("run-7")?
+//!         .scope(async {
+//!             let first = refund_order(1182, 4200, "arrived damaged".into()).await?;
+//!             let again = refund_order(1182, 4200, "the customer asked again".into()).await?;
+//!             assert!(first.is_fresh());
+//!             assert!(again.is_replay()); // the first refund, and a note for the model
+//!             Ok(())
+//!         })
+//!         .await
+//! }
 //! ```
+//!
+//! The body returns `Result<Refund, PayError>`; the caller gets
+//! [`Outcome::Fresh`], [`Outcome::Replay`] (the first result, with a note
+//! that tells the model nothing new was done) or [`Outcome::Conflict`] (the
+//! same key asked with other arguments, such as $41 after $42). A repeat is
+//! not an error, so the model reads "already done" rather than a failure it
+//! might retry in other words. The error type takes the guard's own errors
+//! through `From<`[`Error`]`>`; each says whether the action ran
+//! ([`Error::action_ran`]).
+//!
+//! `<run>` reads an argument named `run`, or else the run in scope
+//! ([`Run::scope`]), as in an agent loop of your own. rig and rmcp run tools
+//! where such a scope does not reliably reach, so their adapters hand each
+//! call its run: see the [rig guide] and the [rmcp guide].
+//!
+//! # Features
+//!
+//! None is on by default: the default build is the attribute, the guard and
+//! the in-memory store, with no framework and no database client.
+//!
+//! | Feature | Brings | For |
+//! |---|---|---|
+//! | `sqlite` | `SqliteStore`: claims in an SQLite file (bundled, no server) | several processes on one host, or one that must survive restarts |
+//! | `postgres` | `PostgresStore` on tokio-postgres and deadpool-postgres, woken by `LISTEN`/`NOTIFY` | several hosts |
+//! | `rig` | `idempotent_tools::rig`: `InRun`, `context` and `run_of`, the run carried in rig 0.44's `ToolContext` | rig agents |
+//! | `rmcp` | `idempotent_tools::rmcp`: `run: Run` resolved from each MCP request, `ResolvesRuns`, `RunPolicy`, `RunHeaderLayer`, and `Outcome` as a tool result | MCP servers on rmcp 3.11 |
+//! | `testing` | `idempotent_tools::testing`: a scripted model, a runner and a stand-in payment provider that counts refunds | tests that send a tool the duplicates a model sends |
+//!
+//! The framework adapters are features because they implement rig's and
+//! rmcp's traits for this crate's types, which only this crate may do, and
+//! because an application that uses neither should not build them.
+//!
+//! # Choosing a store
+//!
+//! Every store answers the same atomic claim, so a guarded call behaves the
+//! same on each; what differs is who sees the claim.
+//!
+//! - [`MemoryStore`], the process default: one process. A restart forgets
+//!   the claims, so an action in flight during a crash may run again (with
+//!   the same provider key, which the provider can deduplicate).
+//! - `SqliteStore` (`sqlite`): processes that share a host's disk, or one
+//!   process whose claims must outlive it.
+//! - `PostgresStore` (`postgres`): processes on several hosts.
+//!
+//! Switch the default with [`set_default_store`], or name a store per tool
+//! with `store = ...` on the attribute. The [stores section] of the README
+//! has the set-up, the schema and what happens when a store is down.
+//!
+//! # What a guarded call does
+//!
+//! | When a call arrives and its key is | the call gets | the action |
+//! |---|---|---|
+//! | new, or past retention | the claim, then [`Outcome::Fresh`] | runs once |
+//! | in flight, same tool and arguments | a wait (woken, not polling), then [`Outcome::Replay`]; past `wait`, [`Error::InProgress`] | does not run |
+//! | in flight, and its holder fails, panics or is dropped | the claim is released; one waiter takes over | runs again, once |
+//! | done, same tool and arguments | [`Outcome::Replay`]: the recorded value and a note | does not run |
+//! | done or in flight, other arguments | [`Outcome::Conflict`] with the first value if there is one | does not run |
+//! | used by another tool | [`Outcome::Conflict`], never the other tool's result | does not run |
+//! | held by this very call (re-entrant) | [`Error::Reentrant`] at once, not a deadlock | does not run |
+//! | held by a crashed process, lease expired | per [`Takeover`]: run again under the same provider key, or [`Error::UnknownOutcome`] | per policy |
+//! | done, but the result could not be recorded | [`Error::NotRecorded`], which says the action ran | ran |
+//!
+//! The claim comes first because a check before acting cannot stop two
+//! calls that arrive together: both check, both act. The README's
+//! [behaviour table] has every case, cancellation included.
+//!
+//! [rig guide]: https://github.com/idempotent-rs/idempotent-tools#rig
+//! [rmcp guide]: https://github.com/idempotent-rs/idempotent-tools#rmcp-mcp-servers
+//! [stores section]: https://github.com/idempotent-rs/idempotent-tools#stores
+//! [behaviour table]: https://github.com/idempotent-rs/idempotent-tools#what-a-guarded-call-does
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use idempotent_tools_runtime::*;
 
-/// Makes an async tool carry out its action once per ask.
-///
-/// ```
-/// use idempotent_tools::{idempotent, Outcome, Run};
-/// use serde::{Deserialize, Serialize};
-///
-/// #[derive(Debug, thiserror::Error)]
-/// enum PayError {
-///     #[error(transparent)]
-///     Idempotency(#[from] idempotent_tools::Error),
-/// }
-///
-/// #[derive(Clone, Serialize, Deserialize)]
-/// struct Refund { order_id: String, usd: u64 }
-///
-/// #[idempotent(key = "<run>:refund:<order_id>")]
-/// async fn refund_order(
-///     run: Run,
-///     order_id: String,
-///     usd: u64,
-///     #[free_text] reason: String,
-/// ) -> Result<Outcome<Refund>, PayError> {
-///     // The provider is called here, once per ask.
-///     Ok(Refund { order_id, usd })
-/// }
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), PayError> {
-/// let run = Run::new("run-7")?;
-/// let first = refund_order(run.clone(), "1182".into(), 42, "damaged".into()).await?;
-/// let again = refund_order(run.clone(), "1182".into(), 42, "it arrived broken".into()).await?;
-/// assert!(first.is_fresh());
-/// assert!(again.is_replay());
-/// # Ok(()) }
-/// ```
-pub use idempotent_tools_macros::idempotent;
-
-/// Lets a newtype or a fieldless enum be part of an idempotency key.
-///
-/// ```
-/// use idempotent_tools::{Key, KeyPart};
-///
-/// #[derive(KeyPart)]
-/// struct OrderId(u64);
-///
-/// #[derive(KeyPart)]
-/// enum Currency {
-///     Usd,
-///     #[key_part(rename = "eur")]
-///     Euro,
-/// }
-///
-/// let key = Key::builder()
-///     .part("order", &OrderId(1182))?
-///     .literal(":")?
-///     .part("currency", &Currency::Euro)?
-///     .finish()?;
-/// assert_eq!(key.as_str(), "1182:eur");
-/// # let _ = Currency::Usd;
-/// # Ok::<(), idempotent_tools::Error>(())
-/// ```
-pub use idempotent_tools_macros::KeyPart;
+// The attribute and the derive are documented, with examples written
+// against this crate, where they are defined: a doc comment here would be
+// shown above theirs, and their summaries twice.
+pub use idempotent_tools_macros::{KeyPart, idempotent};

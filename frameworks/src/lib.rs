@@ -3,3 +3,9 @@
 //! They live in a package of their own, which is never published, so that
 //! `cargo run --example refund` builds only what the main example uses; the
 //! workspace's test command still runs them all.
+
+// Every Rust block of the README is compiled and run as a doctest of this
+// package, whose dev-dependencies include the frameworks the README shows.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+mod readme {}

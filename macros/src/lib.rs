@@ -31,10 +31,41 @@ mod validate;
 /// Runs an async tool's action once per ask, however many times it is
 /// called.
 ///
-/// ```text
+/// ```
+/// use idempotent_tools::{Outcome, Run, idempotent};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Debug, thiserror::Error)]
+/// enum PayError {
+///     #[error(transparent)]
+///     Idempotency(#[from] idempotent_tools::Error),
+/// }
+///
+/// #[derive(Clone, Serialize, Deserialize)]
+/// struct Refund { order_id: String, usd: u64 }
+///
 /// #[idempotent(key = "<run>:refund:<order_id>")]
-/// async fn refund_order(run: Run, order_id: String, usd: u64, #[free_text] reason: String)
-///     -> Result<Outcome<Refund>, PayError>
+/// async fn refund_order(
+///     run: Run,
+///     order_id: String,
+///     usd: u64,
+///     #[free_text] reason: String,
+/// ) -> Result<Outcome<Refund>, PayError> {
+///     let _ = (run, reason);
+///     // The provider is called here, once per ask.
+///     Ok(Refund { order_id, usd })
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), PayError> {
+/// let run = Run::new("run-7")?;
+/// let first = refund_order(run.clone(), "1182".into(), 42, "damaged".into()).await?;
+/// let again = refund_order(run.clone(), "1182".into(), 42, "it arrived broken".into()).await?;
+/// let other = refund_order(run, "1182".into(), 41, "damaged".into()).await?;
+/// assert!(first.is_fresh());
+/// assert!(again.is_replay());
+/// assert!(other.is_conflict());
+/// # Ok(()) }
 /// ```
 ///
 /// Each call builds its key from the template, fingerprints the arguments
@@ -121,6 +152,29 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
 /// given with `#[key_part(rename = "...")]` on the variant. A struct of
 /// several fields is refused: key on each field in the template instead
 /// (`<args.a>:<args.b>`), where the separator keeps them apart.
+///
+/// ```
+/// use idempotent_tools::{Key, KeyPart};
+///
+/// #[derive(KeyPart)]
+/// struct OrderId(u64);
+///
+/// #[derive(KeyPart)]
+/// enum Currency {
+///     Usd,
+///     #[key_part(rename = "eur")]
+///     Euro,
+/// }
+///
+/// let key = Key::builder()
+///     .part("order", &OrderId(1182))?
+///     .literal(":")?
+///     .part("currency", &Currency::Euro)?
+///     .finish()?;
+/// assert_eq!(key.as_str(), "1182:eur");
+/// # let _ = Currency::Usd;
+/// # Ok::<(), idempotent_tools::Error>(())
+/// ```
 #[proc_macro_derive(KeyPart, attributes(key_part))]
 pub fn derive_key_part(input: TokenStream) -> TokenStream {
     key_part::derive(input.into()).into()
