@@ -282,7 +282,21 @@ async fn a_claim_a_completion_a_replay_and_a_wait_take_one_round_trip_each() {
         .expect("replay");
     let warm = refund_key(&fresh_run(), "warm-up-2");
     let claim = claimed(&store, request(&warm, Duration::from_secs(30))).await;
+    // A waiter marks the held row: the release finds it marked and ends it.
+    let waiting = store
+        .claim(request(&warm, Duration::from_secs(30)))
+        .await
+        .expect("claim");
+    let ClaimState::InFlight(waiting) = waiting else {
+        panic!("expected the claim in flight, got {waiting:?}")
+    };
+    let waiting = tokio::spawn(waiting);
+    tokio::time::sleep(Duration::from_millis(200)).await;
     store.release(&claim).await.expect("release");
+    tokio::time::timeout(Duration::from_secs(1), waiting)
+        .await
+        .expect("the waiter is woken by the release's notification")
+        .expect("the waiter ends");
 
     let key = refund_key(&fresh_run(), "1182");
     let measure = |what: &'static str, before: u64| {
@@ -305,6 +319,18 @@ async fn a_claim_a_completion_a_replay_and_a_wait_take_one_round_trip_each() {
     };
     assert_eq!(measure("a claim that finds one in flight", before), 1);
 
+    // The waiter marks the held row, so that its completion notifies.
+    let before = proxy.count();
+    let waiter = tokio::spawn(woken);
+    let marked = tokio::time::timeout(Duration::from_secs(5), async {
+        while proxy.count() == before {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    marked.await.expect("the waiter marks the held row");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(measure("a waiter marking the held row", before), 1);
+
     let before = proxy.count();
     store
         .complete(&claim, finished("1"))
@@ -313,9 +339,10 @@ async fn a_claim_a_completion_a_replay_and_a_wait_take_one_round_trip_each() {
     assert_eq!(measure("a completion", before), 1);
 
     let before = proxy.count();
-    tokio::time::timeout(Duration::from_secs(1), woken)
+    tokio::time::timeout(Duration::from_secs(1), waiter)
         .await
-        .expect("the waiter is woken by the completion's notification");
+        .expect("the waiter is woken by the completion's notification")
+        .expect("the waiter ends");
     assert_eq!(measure("waking on a notification", before), 0);
 
     let before = proxy.count();

@@ -320,7 +320,7 @@ fn pgbench(seconds: u64) -> Option<Vec<(u64, f64)>> {
     Some(rows)
 }
 
-fn throughput(rt: &Runtime, store: &Arc<PostgresStore>) {
+fn throughput(rt: &Runtime, store: &Arc<PostgresStore>, unflushed: &Arc<PostgresStore>) {
     let seconds = std::env::var("THROUGHPUT_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -335,9 +335,10 @@ fn throughput(rt: &Runtime, store: &Arc<PostgresStore>) {
     println!();
     println!(
         "| clients | pgbench inserts/s | claims/s | ÷ pgbench | fresh calls/s | ÷ pgbench \
-         | claim + UPDATE without NOTIFY /s | ÷ pgbench |"
+         | claim + UPDATE without NOTIFY /s | ÷ pgbench \
+         | fresh calls/s, asynchronous completions | ÷ pgbench |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for clients in CLIENTS {
         let claims = rate(rt, store, clients, Work::Claim, for_how_long);
         let calls = rate(rt, store, clients, Work::FreshCall, for_how_long);
@@ -348,17 +349,20 @@ fn throughput(rt: &Runtime, store: &Arc<PostgresStore>) {
             Work::ClaimThenSilentUpdate,
             for_how_long,
         );
+        let unflushed = rate(rt, unflushed, clients, Work::FreshCall, for_how_long);
         let inserts = pgbench
             .iter()
             .find(|(c, _)| *c == clients)
             .map(|(_, tps)| *tps);
         let ratio = |x: f64| inserts.map_or("n/a".to_owned(), |i| format!("{:.2}", x / i));
         println!(
-            "| {clients} | {} | {claims:.0} | {} | {calls:.0} | {} | {silent:.0} | {} |",
+            "| {clients} | {} | {claims:.0} | {} | {calls:.0} | {} | {silent:.0} | {} \
+             | {unflushed:.0} | {} |",
             inserts.map_or("n/a".to_owned(), |i| format!("{i:.0}")),
             ratio(claims),
             ratio(calls),
             ratio(silent),
+            ratio(unflushed),
         );
     }
     println!();
@@ -389,11 +393,19 @@ fn main() {
     });
     let store = store.unwrap_or_else(|e| panic!("cannot set the benchmark schema up: {e}"));
 
+    // The same schema, with completions committed without a flush.
+    let unflushed = rt
+        .block_on(PostgresStore::connect(&bench_url(&base)))
+        .unwrap_or_else(|e| panic!("cannot connect: {e}"))
+        .asynchronous_completions(true);
+    let unflushed = Arc::new(unflushed);
+
     latency(&mut c, &rt, &store);
-    throughput(&rt, &store);
+    throughput(&rt, &store, &unflushed);
     c.final_summary();
 
     drop(store);
+    drop(unflushed);
     if let Err(e) = rt.block_on(admin(
         &base,
         &format!("DROP SCHEMA IF EXISTS {SCHEMA} CASCADE"),

@@ -145,6 +145,44 @@ pub async fn refund_tool<S: Store>(
     Ok(provider.refund(order_id, usd).await)
 }
 
+/// A refund receipt that owns text, as most tools' results do: a replay
+/// clones it, so its `String` is allocated again, which a `Copy` result
+/// hides.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Receipt {
+    /// The provider's refund number.
+    pub id: u64,
+    /// The order refunded.
+    pub order_id: u64,
+    /// The provider's message, such as `refunded 42 USD`.
+    pub message: String,
+}
+
+impl Provider {
+    /// Carries out a refund and writes its receipt (one allocation: the
+    /// message).
+    pub async fn receipt(&self, order_id: u64, usd: u64) -> Receipt {
+        let refund = self.refund(order_id, usd).await;
+        Receipt {
+            id: refund.id,
+            order_id,
+            message: format!("refunded {usd} USD"),
+        }
+    }
+}
+
+/// The refund tool returning a [`Receipt`], through `#[idempotent]`.
+#[idempotent(key = "<run>:refund:<order_id>", store = store, tool = "benches::receipt")]
+pub async fn receipt_tool<S: Store>(
+    #[context] store: &Arc<S>,
+    #[context] provider: &Provider,
+    run: &Run,
+    order_id: u64,
+    usd: u64,
+) -> Result<Outcome<Receipt>, RefundError> {
+    Ok(provider.receipt(order_id, usd).await)
+}
+
 /// Renders `<run>:refund:<order_id>` into `buf` with no escaping and no
 /// checks: what a hand-rolled cache would key on. Reuses `buf`, so it
 /// allocates only while `buf` grows.

@@ -198,7 +198,9 @@ fn guarded_body(
         quote_spanned!(ret_span=> #at_ret::__private::run::<#ret, _>)
     };
     let krate = krate.at(def);
-    let run = quote_spanned!(ret_span=> #run(#call, async move #block).await);
+    let run = quote_spanned!(ret_span=>
+        #at_ret::__private::wrap::<#ret>(#run(#call, async move #block).await)
+    );
 
     // The call is prepared in a statement of its own: the closure's borrows
     // of the arguments end there, before the body moves them, and nothing

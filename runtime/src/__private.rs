@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
-use crate::guard::Call;
+use crate::guard::{self, Call};
 use crate::key::KeyPart;
 use crate::outcome::{Outcome, ToolOutput};
 
@@ -210,36 +210,40 @@ pub fn type_identity(type_name: &str) -> String {
     out
 }
 
-/// Runs the body under the guard, and wraps the outcome in the tool's
-/// return type. `call` is the prepared call, or why it could not be
-/// prepared (no run in scope, an empty key part): then the body is not run
-/// and the error is returned through the tool's error type.
+/// Runs the body under the guard. `call` is the prepared call, or why it
+/// could not be prepared (no run in scope, an empty key part): then the body
+/// is not run and the error is returned through the tool's error type.
 ///
 /// Naming `R` pins the body's type to `Result<R::Value, R::Error>`, so `?`
-/// and `return` in the body infer.
-pub async fn run<R, F>(call: Result<Call, Error>, body: F) -> R
+/// and `return` in the body infer. The guard's future is returned as it is,
+/// and [`wrap`] builds the tool's return value from its output, so the
+/// tool's future holds the guard's directly, with no layer between.
+pub fn run<R, F>(
+    call: Result<Call, Error>,
+    body: F,
+) -> impl Future<Output = Result<Outcome<R::Value>, R::Error>>
 where
     R: ToolResult,
     F: Future<Output = Result<R::Value, R::Error>>,
 {
-    let result = match call {
-        Ok(call) => call.run(body).await,
-        Err(error) => Err(error.into()),
-    };
-    R::from_result(result.map(ToolOutput::from_outcome))
+    guard::drive(call, body, None)
 }
 
 /// [`run`] with final errors recorded (`record_errors`).
-pub async fn run_recording_errors<R, F>(call: Result<Call, Error>, body: F) -> R
+pub fn run_recording_errors<R, F>(
+    call: Result<Call, Error>,
+    body: F,
+) -> impl Future<Output = Result<Outcome<R::Value>, R::Error>>
 where
     R: ToolResult,
     R::Error: RecordableError,
     F: Future<Output = Result<R::Value, R::Error>>,
 {
-    let result = match call {
-        Ok(call) => call.run_recording_errors(body).await,
-        Err(error) => Err(error.into()),
-    };
+    guard::drive(call, body, Some(guard::ErrorCodec::recording()))
+}
+
+/// Wraps the guard's outcome in the tool's return type.
+pub fn wrap<R: ToolResult>(result: Result<Outcome<R::Value>, R::Error>) -> R {
     R::from_result(result.map(ToolOutput::from_outcome))
 }
 

@@ -4,7 +4,7 @@ use std::fmt;
 use std::io;
 
 use serde::Serialize;
-use xxhash_rust::xxh3::Xxh3;
+use xxhash_rust::xxh3::{Xxh3, xxh3_128};
 
 use crate::error::Error;
 use crate::text::fingerprinting;
@@ -37,7 +37,9 @@ impl Fingerprint {
     /// Starts a fingerprint.
     pub fn builder() -> FingerprintBuilder {
         FingerprintBuilder {
-            hasher: Xxh3::new(),
+            bytes: [0; ONE_PASS],
+            len: 0,
+            stream: None,
             args: 0,
         }
     }
@@ -54,17 +56,39 @@ impl fmt::Debug for Fingerprint {
     }
 }
 
+/// How many bytes of arguments are hashed in one pass; longer argument lists
+/// are streamed into the hasher (the digest is the same either way).
+const ONE_PASS: usize = 96;
+
 /// Feeds arguments into a [`Fingerprint`].
 pub struct FingerprintBuilder {
-    hasher: Xxh3,
+    bytes: [u8; ONE_PASS],
+    len: usize,
+    stream: Option<Box<Xxh3>>,
     args: usize,
 }
 
-struct HashWriter<'a>(&'a mut Xxh3);
+impl FingerprintBuilder {
+    fn write(&mut self, buf: &[u8]) {
+        if let Some(stream) = &mut self.stream {
+            stream.update(buf);
+        } else if let Some(room) = self.bytes.get_mut(self.len..self.len + buf.len()) {
+            room.copy_from_slice(buf);
+            self.len += buf.len();
+        } else {
+            let mut stream = Box::new(Xxh3::new());
+            stream.update(&self.bytes[..self.len]);
+            stream.update(buf);
+            self.stream = Some(stream);
+        }
+    }
+}
+
+struct HashWriter<'a>(&'a mut FingerprintBuilder);
 
 impl io::Write for HashWriter<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.update(buf);
+        self.0.write(buf);
         Ok(buf.len())
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -75,20 +99,19 @@ impl io::Write for HashWriter<'_> {
 impl FingerprintBuilder {
     /// Adds one named argument.
     ///
-    /// Takes the builder by reference: its hasher state is large, and a
-    /// chain of `.arg(..)?` calls should not move it at every step.
+    /// Takes the builder by reference, so a chain of `.arg(..)?` calls does
+    /// not move its buffer at every step.
     pub fn arg<T: Serialize + ?Sized>(
         &mut self,
         name: &str,
         value: &T,
     ) -> Result<&mut FingerprintBuilder, Error> {
         // Length-prefixed names keep `("ab", 1)` apart from `("a", b1)`.
-        self.hasher.update(&(name.len() as u64).to_le_bytes());
-        self.hasher.update(name.as_bytes());
-        let hasher = &mut self.hasher;
-        fingerprinting(|| serde_json::to_writer(HashWriter(hasher), value))
+        self.write(&(name.len() as u64).to_le_bytes());
+        self.write(name.as_bytes());
+        fingerprinting(|| serde_json::to_writer(HashWriter(self), value))
             .map_err(Error::Fingerprint)?;
-        self.hasher.update(&[0xff]);
+        self.write(&[0xff]);
         self.args += 1;
         Ok(self)
     }
@@ -98,6 +121,36 @@ impl FingerprintBuilder {
         if self.args == 0 {
             return Fingerprint::EMPTY;
         }
-        Fingerprint(self.hasher.digest128().to_le_bytes())
+        let digest = match &self.stream {
+            Some(stream) => stream.digest128(),
+            None => xxh3_128(&self.bytes[..self.len]),
+        };
+        Fingerprint(digest.to_le_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fingerprints are stored: hashing short argument lists in one pass and
+    /// long ones in a stream must give the digest a stream always gave.
+    #[test]
+    fn one_pass_and_streamed_arguments_hash_as_one_stream_would() {
+        for text in ["", "x", &"long argument ".repeat(40)] {
+            let mut stream = Xxh3::new();
+            for (name, value) in [("usd", "42"), ("note", text)] {
+                stream.update(&(name.len() as u64).to_le_bytes());
+                stream.update(name.as_bytes());
+                stream.update(serde_json::to_string(value).unwrap().as_bytes());
+                stream.update(&[0xff]);
+            }
+            let built = Fingerprint::builder()
+                .arg("usd", "42")
+                .and_then(|b| b.arg("note", text))
+                .map(|b| b.finish())
+                .unwrap();
+            assert_eq!(built.0, stream.digest128().to_le_bytes(), "{text:?}");
+        }
     }
 }

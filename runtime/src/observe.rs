@@ -349,6 +349,24 @@ fn count(tool: &ToolId, outcome: Outcome) {
     let _ = (tool, outcome);
 }
 
+/// A store step that answers at once, timed like [`timed`].
+#[inline(always)]
+pub(crate) fn timed_now<R>(store: &dyn Store, step: &'static str, f: impl FnOnce() -> R) -> R {
+    #[cfg(feature = "metrics")]
+    {
+        let kind = store.kind();
+        let started = Instant::now();
+        let out = f();
+        metrics::store_latency(kind, step, started.elapsed());
+        out
+    }
+    #[cfg(not(feature = "metrics"))]
+    {
+        let _ = (store, step);
+        f()
+    }
+}
+
 /// A store step, timed into `idempotent_tools_store_seconds` with the `metrics`
 /// feature; the step itself, untouched, without it.
 #[cfg(not(feature = "metrics"))]
@@ -363,7 +381,7 @@ pub(crate) fn timed<F: Future>(
     store: &dyn Store,
     step: &'static str,
     fut: F,
-) -> impl Future<Output = F::Output> {
+) -> impl Future<Output = F::Output> + use<F> {
     let kind = store.kind();
     async move {
         let started = Instant::now();

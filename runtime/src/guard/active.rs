@@ -1,7 +1,6 @@
 //! Which keys are acting on this task: for `current_key`, and to refuse a
 //! key used again inside its own action.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use crate::key::Key;
@@ -11,12 +10,37 @@ tokio::task_local! {
 }
 
 /// The keys whose actions are running on this task, innermost first.
-struct Active {
+#[derive(Clone)]
+pub(crate) struct Active {
     key: Key,
     outer: Option<Arc<[Key]>>,
 }
 
 impl Active {
+    /// `key`'s action, inside whatever actions run on this task now.
+    pub(crate) fn inside(key: Key) -> Active {
+        let outer = ACTIVE
+            .try_with(|active| {
+                let mut keys = Vec::with_capacity(1 + active.outer.as_ref().map_or(0, |o| o.len()));
+                keys.push(active.key.clone());
+                keys.extend(active.outer.iter().flat_map(|o| o.iter().cloned()));
+                Arc::from(keys)
+            })
+            .ok();
+        Active { key, outer }
+    }
+
+    /// Runs one poll of the action as this key's: `current_key` reads the
+    /// key inside it.
+    pub(crate) fn poll_as<R>(&self, poll: impl FnOnce() -> R) -> R {
+        ACTIVE.sync_scope(self.clone(), poll)
+    }
+
+    /// The key acted as.
+    pub(crate) fn into_key(self) -> Key {
+        self.key
+    }
+
     fn holds(&self, key: &Key) -> bool {
         self.key == *key || self.outer.iter().flat_map(|o| o.iter()).any(|k| k == key)
     }
@@ -26,19 +50,6 @@ impl Active {
 /// here would wait on itself.
 pub(crate) fn is_acting(key: &Key) -> bool {
     ACTIVE.try_with(|active| active.holds(key)).unwrap_or(false)
-}
-
-/// Runs `action` as `key`'s action: `current_key` reads the key inside it.
-pub(crate) fn acting_as<F: Future>(key: Key, action: F) -> impl Future<Output = F::Output> {
-    let outer = ACTIVE
-        .try_with(|active| {
-            let mut keys = Vec::with_capacity(1 + active.outer.as_ref().map_or(0, |o| o.len()));
-            keys.push(active.key.clone());
-            keys.extend(active.outer.iter().flat_map(|o| o.iter().cloned()));
-            Arc::from(keys)
-        })
-        .ok();
-    ACTIVE.scope(Active { key, outer }, action)
 }
 
 /// The key of the guarded action running on this task, if any.

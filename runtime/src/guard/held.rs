@@ -160,6 +160,11 @@ impl Held {
     }
 
     /// The claim's fence.
+    /// The store the claim is held in.
+    pub(crate) fn store(&self) -> Arc<dyn Store> {
+        Arc::clone(&self.store)
+    }
+
     pub(crate) fn fence(&self) -> u64 {
         self.claim.fence
     }

@@ -1,7 +1,8 @@
 //! The claim-first guard: how one guarded call runs.
 
 use std::borrow::Cow;
-use std::future::Future;
+use std::future::{Future, poll_fn};
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -12,19 +13,18 @@ use tokio::time::Instant;
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
-use crate::observe;
 use crate::outcome::ConflictReason;
 use crate::outcome::{DEFAULT_CONFLICT_NOTE, DEFAULT_REPLAY_NOTE, OTHER_TOOL_NOTE, Outcome};
 use crate::policy::{Policy, Takeover};
+use crate::observe;
 use crate::record::{Ending, Finished, Recorded, ToolId};
 use crate::store::{IntoStore, Store, StoreError, default_store};
 
-use held::{Answer, Asked};
+use held::{Answer, Asked, Held};
 
 mod active;
 mod held;
 
-pub(crate) use active::acting_as;
 pub use active::current_key;
 
 /// One guarded call: a key, the tool, the arguments' fingerprint and the
@@ -186,10 +186,7 @@ impl Call {
         T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
         E: From<Error>,
     {
-        // Returned as it is, not awaited in another async layer: the
-        // future stays one state machine.
-        let span = observe::call_span(&self.tool, &self.key, self.store.as_deref());
-        tracing::Instrument::instrument(self.execute(action, None), span)
+        drive(Ok(self), action, None)
     }
 
     /// Like [`Call::run`], but an `Err` is final: it is recorded, and every
@@ -204,190 +201,373 @@ impl Call {
         T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
         E: From<Error> + Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
     {
-        let codec = ErrorCodec {
-            record: |e: &E| Recorded::typed(e.clone()),
-            replay: |r: &Recorded| r.decode::<E>(),
-        };
-        let span = observe::call_span(&self.tool, &self.key, self.store.as_deref());
-        tracing::Instrument::instrument(self.execute(action, Some(codec)), span)
+        drive(Ok(self), action, Some(ErrorCodec::<E>::recording()))
     }
 
-    async fn execute<T, E, F>(
-        self,
-        action: F,
-        errors: Option<ErrorCodec<E>>,
-    ) -> Result<Outcome<T>, E>
-    where
-        F: Future<Output = Result<T, E>>,
-        T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-        E: From<Error>,
-    {
-        let Call {
-            key,
-            tool,
-            fingerprint,
-            policy,
-            store,
-        } = self;
-        if active::is_acting(&key) {
-            return Err(Error::Reentrant { key }.into());
+    /// Claims the key: everything before the action, with no type of the
+    /// tool's in it, so it is compiled once for every tool. A store that
+    /// answers at once is answered here, with no future at all; a store
+    /// that does I/O, or a duplicate that must wait, gets one boxed future.
+    fn begin(self) -> Begin {
+        if active::is_acting(&self.key) {
+            return Begin::Now(Begun::Ended(Ended::Failed(Error::Reentrant {
+                key: self.key,
+            })));
         }
-        let store = store.unwrap_or_else(default_store);
-
-        let mut deadline = None;
-        let mut held = loop {
-            let asked = Asked {
-                key: &key,
-                tool: &tool,
-                fingerprint,
-                lease: policy.lease,
-                retention: policy.retention,
-            };
-            let claimed = observe::timed(&*store, "claim", held::claim(&store, asked)).await;
-            match claimed.map_err(|e| observe::store_failed(&tool, &*store, "claim", e))? {
-                Answer::Claimed(held) => {
-                    observe::claimed(&tool, held.fence(), held.taken_over());
-                    break held;
-                }
-                Answer::Completed(finished) => {
-                    observe::found_finished(&tool, finished.ending);
-                    return replay(&key, &policy, finished, errors.as_ref());
-                }
-                Answer::Conflict { reason, first } => {
-                    observe::conflict(&tool, reason);
-                    let note = match reason {
-                        ConflictReason::OtherTool => Cow::Borrowed(OTHER_TOOL_NOTE),
-                        _ => policy
-                            .conflict_note
-                            .clone()
-                            .unwrap_or(Cow::Borrowed(DEFAULT_CONFLICT_NOTE)),
-                    };
-                    let first = match first {
-                        Some(first) => Some(first.decode::<T>()?),
-                        None => None,
-                    };
-                    return Ok(Outcome::Conflict {
-                        first,
-                        reason,
-                        note,
-                    });
-                }
-                Answer::InFlight(woken) => {
-                    let deadline = *deadline.get_or_insert_with(|| Instant::now() + policy.wait);
-                    let since = observe::waiting(&tool, deadline, policy.wait);
-                    if tokio::time::timeout_at(deadline, woken).await.is_err() {
-                        observe::wait_deadline_passed(&tool, since);
-                        return Err(Error::InProgress { key }.into());
-                    }
-                    observe::woken(&tool, since);
-                }
-            }
+        let store = match &self.store {
+            Some(store) => Arc::clone(store),
+            None => default_store(),
         };
-
-        if held.taken_over() && policy.takeover == Takeover::ReportUnknown {
-            let unknown = Finished {
-                ending: Ending::Unknown,
-                value: Recorded::from_json("null"),
-                finished_at: SystemTime::now(),
-            };
-            // Nothing ran here: if the unknown outcome cannot be recorded, the
-            // claim stays held and the next caller decides again.
-            let recorded = observe::timed(&*store, "complete", held.complete(unknown)).await;
-            recorded.map_err(|e| observe::store_failed(&tool, &*store, "complete", e))?;
-            observe::unknown_outcome(&tool, true);
-            return Err(Error::UnknownOutcome { key }.into());
+        if !store.answers_at_once() {
+            return Begin::Later(Box::pin(self.claiming(store, None)));
         }
-
-        held.renew_while_acting();
-        let result = acting_as(key.clone(), action).await;
-
-        match result {
-            Ok(value) => {
-                let finished = Finished {
-                    ending: Ending::Ok,
-                    value: Recorded::typed(value.clone()),
-                    finished_at: SystemTime::now(),
-                };
-                match observe::timed(&*store, "complete", held.complete(finished)).await {
-                    Ok(()) => {
-                        observe::fresh(&tool);
-                        Ok(Outcome::Fresh { value })
-                    }
-                    Err(cause) => {
-                        observe::not_recorded(&tool, &*store, &cause);
-                        Err(not_recorded(key, cause, Some(&value)).into())
-                    }
-                }
+        let ready = observe::timed_now(&*store, "claim", || {
+            held::claim(&store, self.asked()).into_ready().ok()
+        });
+        // A store that said it answers at once, and did not, is asked again
+        // the long way.
+        let Some(answer) = ready else {
+            return Begin::Later(Box::pin(self.claiming(store, None)));
+        };
+        match answer {
+            Ok(Answer::Claimed(held)) if !self.reports_takeover(&held) => {
+                observe::claimed(&self.tool, held.fence(), held.taken_over());
+                Begin::Now(Begun::Act(Acting::new(self.key, self.tool, held)))
             }
-            Err(err) => match &errors {
-                Some(codec) => {
-                    let finished = Finished {
-                        ending: Ending::Err,
-                        value: (codec.record)(&err),
+            Ok(Answer::Claimed(held)) => {
+                Begin::Later(Box::pin(self.claiming(store, Some(Answer::Claimed(held)))))
+            }
+            Ok(Answer::InFlight(wait)) => {
+                Begin::Later(Box::pin(self.claiming(store, Some(Answer::InFlight(wait)))))
+            }
+            Ok(answer) => Begin::Now(self.settle(answer)),
+            Err(cause) => {
+                let cause = observe::store_failed(&self.tool, &*store, "claim", cause);
+                Begin::Now(Begun::Ended(Ended::Failed(cause.into())))
+            }
+        }
+    }
+
+    fn asked(&self) -> Asked<'_> {
+        Asked {
+            key: &self.key,
+            tool: &self.tool,
+            fingerprint: self.fingerprint,
+            lease: self.policy.lease,
+            retention: self.policy.retention,
+        }
+    }
+
+    fn reports_takeover(&self, held: &Held) -> bool {
+        held.taken_over() && self.policy.takeover == Takeover::ReportUnknown
+    }
+
+    /// The claim loop for stores that do I/O, and for duplicates that wait
+    /// for a call in flight. `first` is an answer already in hand.
+    async fn claiming(self, store: Arc<dyn Store>, mut first: Option<Answer>) -> Begun {
+        let mut deadline = None;
+        loop {
+            let answer = match first.take() {
+                Some(answer) => answer,
+                None => match observe::timed(&*store, "claim", held::claim(&store, self.asked()))
+                    .await
+                {
+                    Ok(answer) => answer,
+                    Err(cause) => {
+                        let cause = observe::store_failed(&self.tool, &*store, "claim", cause);
+                        return Begun::Ended(Ended::Failed(cause.into()));
+                    }
+                },
+            };
+            match answer {
+                Answer::Claimed(held) if self.reports_takeover(&held) => {
+                    let unknown = Finished {
+                        ending: Ending::Unknown,
+                        value: Recorded::from_json("null"),
                         finished_at: SystemTime::now(),
                     };
-                    match observe::timed(&*store, "complete", held.complete(finished)).await {
-                        Ok(()) => {
-                            observe::error_recorded(&tool);
-                            Err(err)
-                        }
-                        Err(cause) => {
-                            observe::not_recorded(&tool, &*store, &cause);
-                            Err(not_recorded::<T>(key, cause, None).into())
-                        }
+                    // Nothing ran here: if the unknown outcome cannot be
+                    // recorded, the claim stays held and the next caller
+                    // decides again.
+                    observe::claimed(&self.tool, held.fence(), true);
+                    let recorded = observe::timed(&*store, "complete", held.complete(unknown));
+                    if let Err(cause) = recorded.await {
+                        let cause = observe::store_failed(&self.tool, &*store, "complete", cause);
+                        return Begun::Ended(Ended::Failed(cause.into()));
                     }
+                    observe::unknown_outcome(&self.tool, true);
+                    return Begun::Ended(Ended::Failed(Error::UnknownOutcome { key: self.key }));
                 }
-                None => {
-                    observe::timed(&*store, "release", held.release()).await;
-                    observe::released(&tool);
-                    Err(err)
+                Answer::Claimed(held) => {
+                    observe::claimed(&self.tool, held.fence(), held.taken_over());
+                    return Begun::Act(Acting::new(self.key, self.tool, held));
                 }
+                Answer::InFlight(woken) => {
+                    let deadline =
+                        *deadline.get_or_insert_with(|| Instant::now() + self.policy.wait);
+                    let since = observe::waiting(&self.tool, deadline, self.policy.wait);
+                    if tokio::time::timeout_at(deadline, woken).await.is_err() {
+                        observe::wait_deadline_passed(&self.tool, since);
+                        return Begun::Ended(Ended::Failed(Error::InProgress { key: self.key }));
+                    }
+                    observe::woken(&self.tool, since);
+                }
+                answer => return self.settle(answer),
+            }
+        }
+    }
+
+    /// A replay or a conflict, with the note the call site chose.
+    fn settle(self, answer: Answer) -> Begun {
+        match &answer {
+            Answer::Completed(finished) => observe::found_finished(&self.tool, finished.ending),
+            Answer::Conflict { reason, .. } => observe::conflict(&self.tool, *reason),
+            Answer::Claimed(_) | Answer::InFlight(_) => {}
+        }
+        Begun::Ended(match answer {
+            Answer::Completed(finished) => Ended::Replay {
+                finished,
+                note: self
+                    .policy
+                    .replay_note
+                    .unwrap_or(Cow::Borrowed(DEFAULT_REPLAY_NOTE)),
+                key: self.key,
             },
+            Answer::Conflict { reason, first } => Ended::Conflict {
+                note: match reason {
+                    ConflictReason::OtherTool => Cow::Borrowed(OTHER_TOOL_NOTE),
+                    _ => self
+                        .policy
+                        .conflict_note
+                        .unwrap_or(Cow::Borrowed(DEFAULT_CONFLICT_NOTE)),
+                },
+                reason,
+                first,
+            },
+            Answer::Claimed(_) | Answer::InFlight(_) => {
+                unreachable!("a claim or a wait is handled before it is settled")
+            }
+        })
+    }
+}
+
+/// How a call's claim went: known at once, or after a wait or I/O.
+enum Begin {
+    Now(Begun),
+    Later(Pin<Box<dyn Future<Output = Begun> + Send>>),
+}
+
+/// A claim's end: act, or answer without acting.
+enum Begun {
+    Act(Acting),
+    Ended(Ended),
+}
+
+/// A call that ended without acting.
+enum Ended {
+    Replay {
+        key: Key,
+        finished: Finished,
+        note: Cow<'static, str>,
+    },
+    Conflict {
+        reason: ConflictReason,
+        first: Option<Recorded>,
+        note: Cow<'static, str>,
+    },
+    Failed(Error),
+}
+
+impl Ended {
+    fn into_result<T, E>(self, errors: Option<&ErrorCodec<E>>) -> Result<Outcome<T>, E>
+    where
+        T: DeserializeOwned + Clone + 'static,
+        E: From<Error>,
+    {
+        match self {
+            Ended::Replay {
+                key,
+                finished,
+                note,
+            } => match finished.ending {
+                Ending::Ok => Ok(Outcome::Replay {
+                    value: finished.value.decode::<T>()?,
+                    note,
+                }),
+                Ending::Err => match errors {
+                    Some(codec) => Err((codec.replay)(&finished.value)?),
+                    // Another call site of this tool records errors; this
+                    // one cannot read them, and must not act again.
+                    None => Err(Error::UnknownOutcome { key }.into()),
+                },
+                Ending::Unknown => Err(Error::UnknownOutcome { key }.into()),
+            },
+            Ended::Conflict {
+                reason,
+                first,
+                note,
+            } => Ok(Outcome::Conflict {
+                first: match first {
+                    Some(first) => Some(first.decode::<T>()?),
+                    None => None,
+                },
+                reason,
+                note,
+            }),
+            Ended::Failed(error) => Err(error.into()),
         }
     }
 }
 
-struct ErrorCodec<E> {
+/// A held claim whose action is about to run or running: the key it acts
+/// as, for `current_key` and the re-entrancy check.
+struct Acting {
+    held: Held,
+    active: active::Active,
+    tool: ToolId,
+}
+
+impl Acting {
+    fn new(key: Key, tool: ToolId, mut held: Held) -> Acting {
+        held.renew_while_acting();
+        Acting {
+            held,
+            active: active::Active::inside(key),
+            tool,
+        }
+    }
+
+    /// Records the finished action; see [`Held::complete`].
+    fn complete(self, ending: Ending, value: Recorded) -> impl Future<Output = Result<(), Error>> {
+        let Acting { held, active, tool } = self;
+        let store = held.store();
+        let finished = Finished {
+            ending,
+            value,
+            finished_at: SystemTime::now(),
+        };
+        let recording = observe::timed(&*store, "complete", held.complete(finished));
+        async move {
+            match recording.await {
+                Ok(()) => {
+                    match ending {
+                        Ending::Err => observe::error_recorded(&tool),
+                        _ => observe::fresh(&tool),
+                    }
+                    Ok(())
+                }
+                Err(cause) => {
+                    observe::not_recorded(&tool, &*store, &cause);
+                    Err(not_recorded(active.into_key(), cause))
+                }
+            }
+        }
+    }
+
+    /// Gives the claim up without a record; see [`Held::release`].
+    async fn release(self) {
+        let store = self.held.store();
+        observe::timed(&*store, "release", self.held.release()).await;
+        observe::released(&self.tool);
+    }
+}
+
+/// Runs the call in its span (see [`observe::call_span`]).
+pub(crate) fn drive<T, E, F>(
+    call: Result<Call, Error>,
+    action: F,
+    errors: Option<ErrorCodec<E>>,
+) -> impl Future<Output = Result<Outcome<T>, E>>
+where
+    F: Future<Output = Result<T, E>>,
+    T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    E: From<Error>,
+{
+    let span = match &call {
+        Ok(call) => observe::call_span(&call.tool, &call.key, call.store.as_deref()),
+        Err(_) => tracing::Span::none(),
+    };
+    tracing::Instrument::instrument(drive_in_span(call, action, errors), span)
+}
+
+/// Runs the call: the typed shim around [`Call::begin`] and the completion.
+/// Only the action's own future and the result's conversions are generic.
+async fn drive_in_span<T, E, F>(
+    call: Result<Call, Error>,
+    action: F,
+    errors: Option<ErrorCodec<E>>,
+) -> Result<Outcome<T>, E>
+where
+    F: Future<Output = Result<T, E>>,
+    T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    E: From<Error>,
+{
+    let begun = match call.map(Call::begin) {
+        Ok(Begin::Now(begun)) => begun,
+        Ok(Begin::Later(begun)) => begun.await,
+        Err(error) => return Err(error.into()),
+    };
+    let acting = match begun {
+        Begun::Act(acting) => acting,
+        Begun::Ended(ended) => return ended.into_result(errors.as_ref()),
+    };
+    let mut action = pin!(action);
+    let result = poll_fn(|cx| acting.active.poll_as(|| action.as_mut().poll(cx))).await;
+    match result {
+        Ok(value) => match acting
+            .complete(Ending::Ok, Recorded::typed(value.clone()))
+            .await
+        {
+            Ok(()) => Ok(Outcome::Fresh { value }),
+            Err(error) => Err(with_result(error, &value).into()),
+        },
+        Err(err) => match &errors {
+            Some(codec) => match acting.complete(Ending::Err, (codec.record)(&err)).await {
+                Ok(()) => Err(err),
+                Err(error) => Err(error.into()),
+            },
+            None => {
+                acting.release().await;
+                Err(err)
+            }
+        },
+    }
+}
+
+pub(crate) struct ErrorCodec<E> {
     record: fn(&E) -> Recorded,
     replay: fn(&Recorded) -> Result<E, Error>,
 }
 
+impl<E: Serialize + DeserializeOwned + Clone + Send + Sync + 'static> ErrorCodec<E> {
+    pub(crate) fn recording() -> ErrorCodec<E> {
+        ErrorCodec {
+            record: |e: &E| Recorded::typed(e.clone()),
+            replay: |r: &Recorded| r.decode::<E>(),
+        }
+    }
+}
+
 /// The error for an action that ran but whose result could not be recorded.
-fn not_recorded<T: Serialize>(key: Key, cause: StoreError, value: Option<&T>) -> Error {
+fn not_recorded(key: Key, cause: StoreError) -> Error {
     match cause {
         StoreError::LeaseLost => Error::LeaseLost { key },
         cause => Error::NotRecorded {
             key,
-            result: value.and_then(|value| serde_json::to_string(value).ok()),
+            result: None,
             cause,
         },
     }
 }
 
-fn replay<T, E>(
-    key: &Key,
-    policy: &Policy,
-    finished: Finished,
-    errors: Option<&ErrorCodec<E>>,
-) -> Result<Outcome<T>, E>
-where
-    T: DeserializeOwned + Clone + 'static,
-    E: From<Error>,
-{
-    match finished.ending {
-        Ending::Ok => Ok(Outcome::Replay {
-            value: finished.value.decode::<T>()?,
-            note: policy
-                .replay_note
-                .clone()
-                .unwrap_or(Cow::Borrowed(DEFAULT_REPLAY_NOTE)),
-        }),
-        Ending::Err => match errors {
-            Some(codec) => Err((codec.replay)(&finished.value)?),
-            // Another call site of this tool records errors; this one cannot
-            // read them, and must not act again.
-            None => Err(Error::UnknownOutcome { key: key.clone() }.into()),
+/// Puts the unrecorded result into the error, so that it is not lost.
+fn with_result<T: Serialize>(error: Error, value: &T) -> Error {
+    match error {
+        Error::NotRecorded { key, cause, .. } => Error::NotRecorded {
+            key,
+            result: serde_json::to_string(value).ok(),
+            cause,
         },
-        Ending::Unknown => Err(Error::UnknownOutcome { key: key.clone() }.into()),
+        error => error,
     }
 }

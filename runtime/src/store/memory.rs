@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
+use foldhash::fast::RandomState;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -62,7 +63,7 @@ pub struct MemoryStore {
 }
 
 struct Inner {
-    slots: DashMap<Key, Slot>,
+    slots: DashMap<Key, Slot, RandomState>,
     owners: AtomicU64,
     inserted_since_sweep: AtomicUsize,
     sweep_after: AtomicUsize,
@@ -123,7 +124,7 @@ impl MemoryStore {
     pub fn sweeping_every(every: Duration) -> MemoryStore {
         MemoryStore {
             inner: Arc::new(Inner {
-                slots: DashMap::new(),
+                slots: DashMap::with_hasher(RandomState::default()),
                 owners: AtomicU64::new(1),
                 inserted_since_sweep: AtomicUsize::new(0),
                 sweep_after: AtomicUsize::new(MIN_SWEEP_INTERVAL),

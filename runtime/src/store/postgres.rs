@@ -55,7 +55,8 @@ END::integer";
 
 const NEWEST_VERSION: &str = "SELECT COALESCE(MAX(version), 1)::integer FROM idempotent_schema";
 
-/// The channel completions and releases notify, with the key digest in hex.
+/// The channel completions and releases notify, with the key digest in hex,
+/// when a waiter has marked the key's row.
 pub const NOTIFY_CHANNEL: &str = "idempotent_claims";
 
 /// The `application_name` of the listening connection, unless its config
@@ -110,6 +111,7 @@ taken AS (
         owner = $5::bytea,
         fence = c.fence + 1,
         taken_over = (c.state = 'held'),
+        waiting = false,
         lease_until = now() + $6::bigint * interval '1 millisecond',
         expires_at = now() + ($6::bigint + $7::bigint) * interval '1 millisecond',
         ending = NULL,
@@ -156,23 +158,56 @@ WHERE NOT EXISTS (SELECT 1 FROM mine)";
 /// Completes a claim held by this owner at this fence. Completing it again
 /// (a retry after a reply that was lost) finds it done by the same owner and
 /// fence and writes the same record: nobody else can hold that pair.
+///
+/// It notifies only if a waiter marked the row ([`MARK_WAITING`]): a
+/// transaction that notifies holds a database-wide lock through its commit's
+/// flush, so notifying every completion would stop completions from
+/// committing together. One row comes back per row completed, notified or
+/// not.
 const COMPLETE: &str = "\
 WITH done AS (
     UPDATE idempotent_claims
     SET state = 'done', ending = $4, result = $5, finished_at = $6, lease_until = NULL,
         expires_at = now() + $7::bigint * interval '1 millisecond'
     WHERE key_digest = $1 AND owner = $2 AND fence = $3
-    RETURNING key_digest
+    RETURNING key_digest, waiting
 )
-SELECT pg_notify('idempotent_claims', encode(key_digest, 'hex')) FROM done";
+SELECT CASE WHEN waiting THEN pg_notify('idempotent_claims', encode(key_digest, 'hex')) END
+FROM done";
 
+/// [`COMPLETE`], committed without waiting for the WAL flush
+/// ([`PostgresStore::asynchronous_completions`]).
+const COMPLETE_ASYNC: &str = "\
+WITH unflushed AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+),
+done AS (
+    UPDATE idempotent_claims
+    SET state = 'done', ending = $4, result = $5, finished_at = $6, lease_until = NULL,
+        expires_at = now() + $7::bigint * interval '1 millisecond'
+    WHERE key_digest = $1 AND owner = $2 AND fence = $3
+    RETURNING key_digest, waiting
+)
+SELECT CASE WHEN waiting THEN pg_notify('idempotent_claims', encode(key_digest, 'hex')) END
+FROM done, unflushed";
+
+/// Releases a claim; notifies only a row a waiter marked, as [`COMPLETE`].
 const RELEASE: &str = "\
 WITH gone AS (
     DELETE FROM idempotent_claims
     WHERE key_digest = $1 AND state = 'held' AND owner = $2 AND fence = $3
-    RETURNING key_digest
+    RETURNING key_digest, waiting
 )
-SELECT pg_notify('idempotent_claims', encode(key_digest, 'hex')) FROM gone";
+SELECT CASE WHEN waiting THEN pg_notify('idempotent_claims', encode(key_digest, 'hex')) END
+FROM gone";
+
+/// A waiter that listens for the key says so on the held row, and reads how
+/// long its lease has left. No row: the claim is no longer held by that
+/// owner at that fence, and the waiter claims again at once.
+const MARK_WAITING: &str = "\
+UPDATE idempotent_claims SET waiting = true
+WHERE key_digest = $1 AND state = 'held' AND owner = $2 AND fence = $3 AND lease_until > now()
+RETURNING GREATEST(0, CEIL(EXTRACT(EPOCH FROM (lease_until - now())) * 1000))::bigint";
 
 const EXTEND: &str = "\
 UPDATE idempotent_claims
@@ -256,6 +291,8 @@ fn statement_name(sql: &str) -> &'static str {
     [
         (CLAIM, "claim"),
         (COMPLETE, "complete"),
+        (COMPLETE_ASYNC, "complete"),
+        (MARK_WAITING, "mark-waiting"),
         (RELEASE, "release"),
         (EXTEND, "extend"),
         (HELD_BY, "held-by"),
@@ -292,11 +329,13 @@ const MIGRATE_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('idempotent_cl
 ///   lease runs out and the next caller takes the claim over, bumping the
 ///   fence. The dead holder's completion, should it ever come, changes
 ///   nothing and gets [`StoreError::LeaseLost`].
-/// - **Waiting.** Completions and releases `NOTIFY` the
-///   [`NOTIFY_CHANNEL`]; the store keeps one connection that `LISTEN`s and
-///   wakes the waiters of that key. A waiter subscribes before its claim
-///   statement runs, so a completion after it is never missed; it also
-///   looks again when the holder's lease would run out, and at least every
+/// - **Waiting.** The store keeps one connection that `LISTEN`s on the
+///   [`NOTIFY_CHANNEL`] and wakes the waiters of a key. A waiter subscribes
+///   before its claim statement runs, then marks the held row; completions
+///   and releases `NOTIFY` only a marked row, so calls nobody waits for
+///   commit without the notification queue's database-wide lock. A
+///   completion after the mark is never missed; a waiter also looks again
+///   when the holder's lease would run out, and at least every
 ///   [`RECHECK_EVERY`].
 ///
 /// Compiled here, not run: the test suite runs the same steps against a real
@@ -323,6 +362,7 @@ struct Inner {
     listener: Option<Arc<Listener>>,
     statements: AtomicU64,
     purge_batch: usize,
+    asynchronous_completions: bool,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -482,6 +522,7 @@ impl PostgresStore {
                 listener: None,
                 statements: AtomicU64::new(0),
                 purge_batch: DEFAULT_PURGE_BATCH,
+                asynchronous_completions: false,
             }),
         }
     }
@@ -513,6 +554,34 @@ impl PostgresStore {
         self.with(|inner| inner.purge_batch = rows.max(1))
     }
 
+    /// Commits completions without waiting for the server to flush them to
+    /// disk (`synchronous_commit = off` for that one transaction; claims,
+    /// releases and renewals stay synchronous). Off by default.
+    ///
+    /// A completion then costs about what a claim costs, so a fresh call
+    /// commits at nearly one insert's rate instead of two. The trade-off: if
+    /// the database server crashes (not merely the application) within a
+    /// fraction of a second of a completion, that completion may be lost,
+    /// while the action's claim stays. The key then reads as a claim whose
+    /// holder vanished after acting, the same case as a holder that crashed
+    /// between its action and its completion: once the lease runs out, the
+    /// next caller takes it over and the [`Takeover`](crate::Takeover)
+    /// policy decides whether the action runs again or the outcome is
+    /// reported unknown. The result itself is never lost to a caller that
+    /// saw it: the committing call returned it.
+    ///
+    /// ```no_run
+    /// # use idempotent_tools::store::PostgresStore;
+    /// # async fn demo() -> Result<(), idempotent_tools::StoreError> {
+    /// let store = PostgresStore::connect("postgres://app@db.internal/app")
+    ///     .await?
+    ///     .asynchronous_completions(true);
+    /// # Ok(()) }
+    /// ```
+    pub fn asynchronous_completions(self, on: bool) -> PostgresStore {
+        self.with(|inner| inner.asynchronous_completions = on)
+    }
+
     fn with(self, change: impl FnOnce(&mut Inner)) -> PostgresStore {
         let mut inner = match Arc::try_unwrap(self.inner) {
             Ok(inner) => inner,
@@ -523,6 +592,7 @@ impl PostgresStore {
                 listener: shared.listener.clone(),
                 statements: AtomicU64::new(shared.statements.load(Ordering::Relaxed)),
                 purge_batch: shared.purge_batch,
+                asynchronous_completions: shared.asynchronous_completions,
             },
         };
         change(&mut inner);
@@ -674,9 +744,30 @@ impl Inner {
         owner: u128,
         fence: u64,
     ) -> StoreResult<Option<Duration>> {
+        self.lease_left(HELD_BY, digest, owner, fence).await
+    }
+
+    /// [`PostgresStore::held_by`], marking the row as waited for, so that
+    /// its completion or release notifies.
+    async fn mark_waiting(
+        &self,
+        digest: [u8; 32],
+        owner: u128,
+        fence: u64,
+    ) -> StoreResult<Option<Duration>> {
+        self.lease_left(MARK_WAITING, digest, owner, fence).await
+    }
+
+    async fn lease_left(
+        &self,
+        sql: &'static str,
+        digest: [u8; 32],
+        owner: u128,
+        fence: u64,
+    ) -> StoreResult<Option<Duration>> {
         let rows = self
             .query(
-                HELD_BY,
+                sql,
                 &[
                     &digest.as_slice(),
                     &row::owner_bytes(owner).as_slice(),
@@ -805,9 +896,14 @@ impl Inner {
         let json = finished.value.to_json()?;
         let digest = claim.key.digest();
         let owner = row::owner_bytes(claim.owner);
+        let statement = if self.asynchronous_completions {
+            COMPLETE_ASYNC
+        } else {
+            COMPLETE
+        };
         let changed = self
             .execute(
-                COMPLETE,
+                statement,
                 &[
                     &digest.as_slice(),
                     &owner.as_slice(),
@@ -959,12 +1055,17 @@ impl Inner {
 
 /// Waits until a claim held elsewhere may have changed.
 ///
-/// - Listening since before the claim statement: wake on the key's
-///   notification, when the lease would run out, or after
-///   [`RECHECK_EVERY`]; no statement at all.
-/// - The listener came up only now: look once (after subscribing, so
-///   nothing falls between the look and the listening), then as above.
+/// - Listening since before the claim statement: mark the held row as
+///   waited for (its completion or release then notifies), then wake on the
+///   key's notification, when the lease would run out, or after
+///   [`RECHECK_EVERY`]. The mark comes after subscribing, so a completion
+///   either sees it and notifies, or came first and the mark finds no held
+///   row: then claim again at once.
+/// - The listener came up only now: the same, once it is up.
 /// - No listener: poll with backoff.
+///
+/// A mark that fails (a table whose schema is older than this version) is
+/// covered by the recheck timer: the waiter is late, never wrong.
 fn wait_on(
     inner: Arc<Inner>,
     woken: Option<(KeyWatch, bool)>,
@@ -975,13 +1076,12 @@ fn wait_on(
 ) -> Wait {
     Wait::new(async move {
         match woken {
-            Some((mut woken, true)) => woken.until(lease_left).await,
-            Some((mut woken, false)) => {
-                if woken.listener.up().await {
-                    // Subscribed, and listening from now on: one look covers
-                    // whatever happened before.
-                    if let Ok(Some(left)) = inner.held_by(digest, owner, fence).await {
-                        woken.until(left).await;
+            Some((mut woken, up)) => {
+                if up || woken.listener.up().await {
+                    match inner.mark_waiting(digest, owner, fence).await {
+                        Ok(Some(left)) => woken.until(left).await,
+                        Ok(None) => {}
+                        Err(_) => woken.until(lease_left).await,
                     }
                 } else {
                     poll(&inner, Some(&mut woken), digest, owner, fence, lease_left).await;
