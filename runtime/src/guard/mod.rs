@@ -243,7 +243,7 @@ impl Call {
             Ok(answer) => Begin::Now(self.settle(answer)),
             Err(cause) => {
                 let cause = observe::store_failed(&self.tool, &*store, "claim", cause);
-                Begin::Now(Begun::Ended(Ended::Failed(cause.into())))
+                Begin::Now(Begun::Ended(Ended::Failed(cause)))
             }
         }
     }
@@ -275,7 +275,7 @@ impl Call {
                     Ok(answer) => answer,
                     Err(cause) => {
                         let cause = observe::store_failed(&self.tool, &*store, "claim", cause);
-                        return Begun::Ended(Ended::Failed(cause.into()));
+                        return Begun::Ended(Ended::Failed(cause));
                     }
                 },
             };
@@ -293,7 +293,7 @@ impl Call {
                     let recorded = observe::timed(&*store, "complete", held.complete(unknown));
                     if let Err(cause) = recorded.await {
                         let cause = observe::store_failed(&self.tool, &*store, "complete", cause);
-                        return Begun::Ended(Ended::Failed(cause.into()));
+                        return Begun::Ended(Ended::Failed(cause));
                     }
                     observe::unknown_outcome(&self.tool, true);
                     return Begun::Ended(Ended::Failed(Error::UnknownOutcome { key: self.key }));
