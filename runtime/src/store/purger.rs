@@ -34,8 +34,8 @@ pub enum PurgerError {
 /// runs at its turn; one that succeeds is a `debug` event with how many
 /// records it removed.
 ///
-/// The durable stores ([`SqliteStore`](crate::store::SqliteStore),
-/// [`PostgresStore`](crate::store::PostgresStore)) purge only when asked;
+/// The durable stores (`SqliteStore`, `PostgresStore`) purge only when
+/// asked;
 /// run one purger per store in each service that writes to it (several
 /// purging one database at once is safe: each deletes in small batches and
 /// never a held claim). The memory store sweeps itself and needs none.
