@@ -595,6 +595,118 @@ async fn a_missing_schema_says_to_migrate_and_nothing_runs() {
     assert_eq!(provider.refunds(), 0);
 }
 
+/// The schema as stores before schema versions left it: the claims table
+/// alone.
+async fn downgrade_to_version_1(schema: &Schema) {
+    admin(&schema.url)
+        .await
+        .batch_execute(&format!(
+            "DROP TABLE {0}.idempotent_schema; DROP INDEX {0}.idempotent_claims_tool_state;",
+            schema.name
+        ))
+        .await
+        .expect("back to version 1");
+}
+
+async fn a_version_1_schema_is_upgraded_in_place_and_keeps_its_records() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let run = fresh_run();
+    let provider = Provider::default();
+    {
+        let store: Arc<dyn Store> = Arc::new(schema.store().await);
+        let first = refund_call(&store, &run, "1182", 42)
+            .run(refunds(&provider, 42))
+            .await;
+        assert!(first.expect("fresh").is_fresh());
+    }
+    downgrade_to_version_1(&schema).await;
+
+    let store = PostgresStore::from_config(schema.config()).expect("store");
+    assert_eq!(store.schema_version().await.expect("version"), 1);
+    store.migrate().await.expect("upgrade");
+    assert_eq!(
+        store.schema_version().await.expect("version"),
+        idempotent_tools::store::SCHEMA_VERSION
+    );
+    let index: i64 = admin(&schema.url)
+        .await
+        .query_one(
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = $1 \
+             AND indexname = 'idempotent_claims_tool_state'",
+            &[&schema.name],
+        )
+        .await
+        .expect("indexes")
+        .get(0);
+    assert_eq!(index, 1, "version 2's index was created");
+    let store: Arc<dyn Store> = Arc::new(store);
+    let again = refund_call(&store, &run, "1182", 42)
+        .run(refunds(&provider, 42))
+        .await;
+    assert!(again.expect("replay").is_replay());
+    assert_eq!(provider.refunds(), 1);
+
+    // check_schema upgrades in place too, without creating anything new.
+    downgrade_to_version_1(&schema).await;
+    let checked = PostgresStore::from_config(schema.config()).expect("store");
+    checked.check_schema().await.expect("upgrade by check");
+    assert_eq!(
+        checked.schema_version().await.expect("version"),
+        idempotent_tools::store::SCHEMA_VERSION
+    );
+}
+
+async fn a_schema_newer_than_the_code_is_refused_and_left_unchanged() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let store = schema.store().await;
+    admin(&schema.url)
+        .await
+        .batch_execute(&format!(
+            "INSERT INTO {}.idempotent_schema (version) VALUES (99)",
+            schema.name
+        ))
+        .await
+        .expect("a newer version");
+    for refused in [store.migrate().await, store.check_schema().await] {
+        let err = refused.expect_err("too new");
+        assert!(
+            matches!(
+                err,
+                StoreError::SchemaTooNew {
+                    found: 99,
+                    supported: 2
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("version 99"), "{err}");
+    }
+    let versions: i64 = admin(&schema.url)
+        .await
+        .query_one(
+            &format!("SELECT count(*) FROM {}.idempotent_schema", schema.name),
+            &[],
+        )
+        .await
+        .expect("versions")
+        .get(0);
+    assert_eq!(versions, 2, "nothing was changed");
+}
+
+async fn a_schema_missing_is_not_created_by_check_schema() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let store = PostgresStore::from_config(schema.config()).expect("store");
+    let err = store.check_schema().await.expect_err("no schema");
+    assert!(matches!(err, StoreError::MissingSchema), "{err:?}");
+    assert_eq!(store.schema_version().await.expect("version"), 0);
+}
+
 async fn migrating_from_several_processes_at_once_succeeds() {
     let Some(schema) = Schema::new().await else {
         return;
@@ -820,6 +932,9 @@ fn main() {
         a_store_on_an_applications_pool_without_a_listener_polls_and_still_replays,
         a_missing_schema_says_to_migrate_and_nothing_runs,
         migrating_from_several_processes_at_once_succeeds,
+        a_version_1_schema_is_upgraded_in_place_and_keeps_its_records,
+        a_schema_newer_than_the_code_is_refused_and_left_unchanged,
+        a_schema_missing_is_not_created_by_check_schema,
         six_processes_refunding_the_same_order_at_once_refund_it_once,
         a_holder_killed_mid_action_is_taken_over_once_after_its_lease,
         after_a_crash_the_report_unknown_policy_runs_nothing_and_says_so,

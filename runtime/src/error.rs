@@ -96,11 +96,15 @@ pub enum Error {
     /// The outcome of an earlier call under this key is not on record: its
     /// holder stopped mid-action and the takeover policy says not to run it
     /// again, or its result could not be stored. Check with the provider,
-    /// then [`forget`](crate::Store::forget) the key to allow a retry.
+    /// then, if the action did not happen, forget the key to allow a retry:
+    /// with the operator's tool (`idempotent-tools forget KEY`) or
+    /// [`Store::forget`](crate::Store::forget). If it did happen, leave the
+    /// key, and every call keeps answering this instead of acting twice.
     #[error(
         "the outcome of an earlier call under key `{key}` is not on record (its holder stopped \
          mid-action, or its result could not be stored), so the action was not run again; \
-         check with the provider, then forget the key"
+         check with the provider, then, if it did not happen, forget the key \
+         (`idempotent-tools forget '{key}'`, or `Store::forget`) to allow a retry"
     )]
     UnknownOutcome {
         /// The key whose outcome is unknown.

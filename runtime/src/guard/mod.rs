@@ -13,10 +13,10 @@ use tokio::time::Instant;
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
+use crate::observe;
 use crate::outcome::ConflictReason;
 use crate::outcome::{DEFAULT_CONFLICT_NOTE, DEFAULT_REPLAY_NOTE, OTHER_TOOL_NOTE, Outcome};
 use crate::policy::{Policy, Takeover};
-use crate::observe;
 use crate::record::{Ending, Finished, Recorded, ToolId};
 use crate::store::{IntoStore, Store, StoreError, default_store};
 

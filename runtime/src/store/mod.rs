@@ -22,6 +22,7 @@ mod inspect;
 pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod purger;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod row;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -35,6 +36,7 @@ pub use inspect::{
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
+pub use purger::{Purger, PurgerError};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use schema::SCHEMA_VERSION;
 #[cfg(feature = "sqlite")]

@@ -1,0 +1,206 @@
+//! What can go wrong, the exit code each gives, and what to do next.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use idempotent_tools::StoreError;
+use idempotent_tools::store::postgres::tokio_postgres;
+
+/// The exit codes scripts can rely on (listed in `--help`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// The command did what it was asked.
+    Ok = 0,
+    /// The store failed or could not be reached.
+    Failed = 1,
+    /// The command line, or the store it names, is wrong: a usage error, an
+    /// unknown URL scheme, no such file, a database without the schema.
+    Usage = 2,
+    /// No record under the key (or digest) given.
+    NotFound = 3,
+    /// Nothing was changed because it was refused: a live claim without
+    /// `--force`, or the confirmation declined.
+    Refused = 4,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(exit: Exit) -> ExitCode {
+        ExitCode::from(exit as u8)
+    }
+}
+
+/// A failed command.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// `--store` is empty.
+    #[error("no store given")]
+    NoStore,
+    /// `--store` has a scheme other than `postgres://` or `sqlite://`.
+    #[error("unknown store URL scheme `{scheme}://`")]
+    UnknownScheme {
+        /// The scheme given.
+        scheme: String,
+    },
+    /// `--store` names a file that does not exist.
+    #[error("there is no SQLite file at `{}`", .0.display())]
+    NoFile(PathBuf),
+    /// `--store` is not a URL Postgres reads.
+    #[error("`{url}` is not a valid Postgres URL")]
+    BadUrl {
+        /// The URL, without its password.
+        url: String,
+        /// What the parser said.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// The database holds none of this library's schema.
+    #[error("the database at `{store}` holds no idempotent-tools schema")]
+    MissingSchema {
+        /// The store, as named.
+        store: String,
+    },
+    /// The store could not be opened.
+    #[error("could not open the store at `{store}`")]
+    Open {
+        /// The store, as named.
+        store: String,
+        /// Why.
+        #[source]
+        source: StoreError,
+    },
+    /// A store operation failed.
+    #[error("could not {doing}")]
+    Store {
+        /// What was being done.
+        doing: &'static str,
+        /// Why.
+        #[source]
+        source: StoreError,
+    },
+    /// No record under the key.
+    #[error("no record under key `{0}`")]
+    NotFound(String),
+    /// No record whose key's digest begins with the hex given.
+    #[error("no record whose key digest begins with `{0}`")]
+    DigestNotFound(String),
+    /// Several records' digests begin with the hex given.
+    #[error("{count} records' key digests begin with `{prefix}`")]
+    AmbiguousDigest {
+        /// The hex given.
+        prefix: String,
+        /// How many matched.
+        count: usize,
+    },
+    /// The digest given is not hex.
+    #[error("`{0}` is not a key digest: expected hex digits, as traces print them")]
+    BadDigest(String),
+    /// The claim's lease is live: its action may be running.
+    #[error("key `{key}` is held by a claim whose lease is live: its action may be running now")]
+    LiveClaim {
+        /// The key.
+        key: String,
+    },
+    /// `forget` could not ask for confirmation.
+    #[error("`forget` asks for confirmation, but standard input is not a terminal")]
+    NoTerminal,
+    /// The operator answered no.
+    #[error("not forgotten: the record under `{0}` is unchanged")]
+    Declined(String),
+    /// Writing the output failed.
+    #[error("could not write the output")]
+    Output(#[source] std::io::Error),
+}
+
+impl CliError {
+    /// The exit code.
+    pub fn exit(&self) -> Exit {
+        match self {
+            CliError::NoStore
+            | CliError::UnknownScheme { .. }
+            | CliError::NoFile(_)
+            | CliError::BadUrl { .. }
+            | CliError::MissingSchema { .. }
+            | CliError::AmbiguousDigest { .. }
+            | CliError::BadDigest(_)
+            | CliError::NoTerminal => Exit::Usage,
+            CliError::NotFound(_) | CliError::DigestNotFound(_) => Exit::NotFound,
+            CliError::LiveClaim { .. } | CliError::Declined(_) => Exit::Refused,
+            CliError::Open { .. } | CliError::Store { .. } | CliError::Output(_) => Exit::Failed,
+        }
+    }
+
+    /// What to do next, if there is advice.
+    pub fn help(&self) -> Option<String> {
+        let help = match self {
+            CliError::NoStore | CliError::UnknownScheme { .. } => {
+                "give `--store` (or IDEMPOTENT_STORE) a SQLite file path or a postgres:// URL, \
+                 such as `--store /var/lib/shop/claims.db` or \
+                 `--store postgres://app@db.internal/app`"
+                    .into()
+            }
+            CliError::NoFile(_) => "check the path: it must be the file the application's \
+                `SqliteStore` opens; this tool never creates one"
+                .into(),
+            CliError::BadUrl { .. } => {
+                "write it as postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE".into()
+            }
+            CliError::MissingSchema { .. } => "point `--store` at the database the application \
+                uses; the application creates the schema (`SqliteStore::open`, \
+                `PostgresStore::migrate`), this tool never does"
+                .into(),
+            CliError::Open {
+                source: StoreError::SchemaTooNew { .. },
+                ..
+            } => "install the release of this tool that matches the application: \
+                  `cargo install idempotent-tools-cli --version VERSION`"
+                .into(),
+            CliError::Open {
+                source: StoreError::Unavailable(_),
+                ..
+            }
+            | CliError::Store {
+                source: StoreError::Unavailable(_),
+                ..
+            } => "check that the database is up and reachable, then run the command again".into(),
+            CliError::NotFound(_) => "list the keys there are with `idempotent-tools list` \
+                (`--run RUN` narrows it); a key must be given in full, as `list` prints it"
+                .into(),
+            CliError::DigestNotFound(_) => {
+                "the record may have been forgotten or purged; `idempotent-tools list` shows \
+                 what there is"
+                    .into()
+            }
+            CliError::AmbiguousDigest { .. } => "give more hex digits of the digest".into(),
+            CliError::BadDigest(_) => "give the `key` field of a trace, such as \
+                `idempotent-tools show --digest 3f2a9c41d07b5e88`"
+                .into(),
+            CliError::LiveClaim { .. } => "wait for the action to finish or for its lease to run \
+                out (`idempotent-tools show KEY` says when), or pass `--force` if its holder is \
+                known to be gone; a forced forget lets a retry run the action alongside it"
+                .into(),
+            CliError::NoTerminal => "pass `--yes` to forget without asking".into(),
+            _ => return None,
+        };
+        Some(help)
+    }
+
+    /// Prints the error, each cause once, and the advice, as `error:`,
+    /// `caused by:` and `help:` lines on standard error.
+    pub fn report(&self) {
+        let mut last = self.to_string();
+        eprintln!("error: {last}");
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            // Some errors print their cause in their own message too.
+            let text = cause.to_string();
+            if !last.ends_with(&text) {
+                eprintln!("  caused by: {text}");
+            }
+            last = text;
+            source = cause.source();
+        }
+        if let Some(help) = self.help() {
+            eprintln!("help: {help}");
+        }
+    }
+}

@@ -1,0 +1,370 @@
+//! `idempotent-tools`: an operator's view of the claims and records an
+//! `idempotent-tools` store keeps, in a SQLite file or Postgres. It lists
+//! them, shows one, forgets a key so that its action may run again, purges
+//! expired records and counts them. It never creates a schema.
+
+mod error;
+mod print;
+mod target;
+
+use std::io::{self, BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use idempotent_tools::store::{DEFAULT_PAGE, MAX_PAGE};
+use idempotent_tools::{Forget, Key, Record, RecordQuery, RecordState, Store, StoreError};
+use serde_json::json;
+
+use crate::error::{CliError, Exit};
+use crate::target::Target;
+
+const EXAMPLE: &str = "\
+A worked example: a holder crashed mid-refund under Takeover::ReportUnknown,
+and every retry now answers UnknownOutcome.
+
+  $ export IDEMPOTENT_STORE=postgres://ops@db.internal/shop
+  $ idempotent-tools list --state unknown --older-than 10m
+  STATE    TOOL                FENCE  WHEN              KEY
+  unknown  shop::refund_order  2      finished 14m ago  run-7f3a:refund:1182
+  $ idempotent-tools show run-7f3a:refund:1182
+  (check with the payment provider whether refund 1182 went out)
+  $ idempotent-tools forget run-7f3a:refund:1182
+  Forget `run-7f3a:refund:1182` (unknown, shop::refund_order)? A retry will run the action again. [y/N] y
+  forgot `run-7f3a:refund:1182`
+
+If the refund did go out, leave the key: every retry keeps answering
+UnknownOutcome, and nothing is refunded twice.
+
+Exit codes:
+  0  the command did what it was asked
+  1  the store failed or could not be reached
+  2  bad usage, or a store that is wrong: unknown URL scheme, no such file,
+     a database without the idempotent-tools schema
+  3  no record under the key (or digest) given
+  4  refused, nothing changed: a live claim without --force, or the
+     confirmation declined";
+
+/// Inspect and resolve the claims and records of an idempotent-tools store.
+#[derive(Debug, Parser)]
+#[command(name = "idempotent-tools", version, after_long_help = EXAMPLE)]
+struct Cli {
+    /// The store: a SQLite file path (or sqlite://PATH) or a postgres:// URL.
+    #[arg(
+        long,
+        short,
+        global = true,
+        env = "IDEMPOTENT_STORE",
+        value_name = "PATH|URL"
+    )]
+    store: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List records, filtered, one page at a time, in the order of their keys.
+    List(ListArgs),
+    /// Show one record in full.
+    Show(ShowArgs),
+    /// Remove a key's record, so the next call under it runs the action.
+    Forget(ForgetArgs),
+    /// Remove finished records whose retention has passed.
+    Purge(JsonArg),
+    /// Count records by tool and state.
+    Stats(JsonArg),
+}
+
+#[derive(Debug, Args)]
+struct ListArgs {
+    /// Only records in this state.
+    #[arg(long, value_enum)]
+    state: Option<StateArg>,
+    /// Only records of this tool, by its full id (such as shop::refund_order).
+    #[arg(long)]
+    tool: Option<String>,
+    /// Only records of this run: keys that begin with it.
+    #[arg(long)]
+    run: Option<String>,
+    /// Only records that last changed longer ago than this (90s, 15m, 2h, 7d).
+    #[arg(long, value_name = "AGE", value_parser = print::parse_age)]
+    older_than: Option<Duration>,
+    /// At most this many records per page (1 to 1000).
+    #[arg(long, default_value_t = DEFAULT_PAGE, value_parser = parse_limit)]
+    limit: usize,
+    /// Start after this key: the `next` of the previous page.
+    #[arg(long, value_name = "KEY")]
+    after: Option<String>,
+    /// Every page, not only the first.
+    #[arg(long, conflicts_with = "after")]
+    all: bool,
+    /// Print JSON for scripts: {"records": [...], "next": KEY or null}.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct ShowArgs {
+    /// The key, in full, as `list` prints it.
+    #[arg(required_unless_present = "digest", conflicts_with = "digest")]
+    key: Option<String>,
+    /// Find the record by the hex digest traces print instead of the key.
+    #[arg(long, value_name = "HEX")]
+    digest: Option<String>,
+    /// Print JSON for scripts.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct ForgetArgs {
+    /// The key, in full, as `list` prints it.
+    key: String,
+    /// Do not ask for confirmation.
+    #[arg(long, short)]
+    yes: bool,
+    /// Remove a claim whose lease is live too: only if its holder is known
+    /// to be gone, since a retry may then run the action alongside it.
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Debug, Args)]
+struct JsonArg {
+    /// Print JSON for scripts.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum StateArg {
+    /// A claim is held: its action runs, or its holder stopped.
+    Held,
+    /// Finished with a result.
+    Done,
+    /// The outcome is unknown: an operator must check and forget or leave it.
+    Unknown,
+    /// Finished with a recorded error.
+    Error,
+}
+
+impl From<StateArg> for RecordState {
+    fn from(state: StateArg) -> RecordState {
+        match state {
+            StateArg::Held => RecordState::Held,
+            StateArg::Done => RecordState::Done,
+            StateArg::Unknown => RecordState::Unknown,
+            StateArg::Error => RecordState::RecordedError,
+        }
+    }
+}
+
+fn parse_limit(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
+        _ => Err(format!("`{text}` is not a page size: give 1 to {MAX_PAGE}")),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: could not start the async runtime: {e}");
+            return Exit::Failed.into();
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => Exit::Ok.into(),
+        Err(err) => {
+            err.report();
+            err.exit().into()
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), CliError> {
+    let target = Target::parse(cli.store.as_deref().unwrap_or_default())?;
+    let store = target.open().await?;
+    let out = &mut io::stdout().lock();
+    match cli.command {
+        Command::List(args) => list(&*store, args, out).await,
+        Command::Show(args) => show(&*store, args, out).await,
+        Command::Forget(args) => forget(&*store, args, out).await,
+        Command::Purge(JsonArg { json }) => {
+            let purged = store.purge_expired().await.map_err(failed("purge"))?;
+            if json {
+                write(out, &json!({ "purged": purged }).to_string())
+            } else {
+                write(out, &format!("purged {purged} expired records"))
+            }
+        }
+        Command::Stats(JsonArg { json }) => {
+            let counts = store.count().await.map_err(failed("count records"))?;
+            if json {
+                write(out, &print::counts_json(&counts).to_string())
+            } else {
+                write(out, print::count_table(&counts).trim_end())
+            }
+        }
+    }
+}
+
+fn failed(doing: &'static str) -> impl Fn(StoreError) -> CliError {
+    move |source| CliError::Store { doing, source }
+}
+
+fn write(out: &mut impl Write, text: &str) -> Result<(), CliError> {
+    writeln!(out, "{text}").map_err(CliError::Output)
+}
+
+async fn list(store: &dyn Store, args: ListArgs, out: &mut impl Write) -> Result<(), CliError> {
+    let mut query = RecordQuery::new().limit(args.limit);
+    if let Some(state) = args.state {
+        query = query.state(state.into());
+    }
+    if let Some(tool) = args.tool {
+        query = query.tool(tool);
+    }
+    if let Some(run) = args.run {
+        query = query.run(run);
+    }
+    if let Some(age) = args.older_than {
+        query = query.older_than(age);
+    }
+    if let Some(after) = args.after {
+        query = query.after(after);
+    }
+    let mut records = Vec::new();
+    let next = loop {
+        let page = store.list(&query).await.map_err(failed("list records"))?;
+        records.extend(page.records);
+        match page.next {
+            Some(next) if args.all => query = query.after(next),
+            next => break next,
+        }
+    };
+    if args.json {
+        let records: Vec<_> = records.iter().map(print::record_json).collect();
+        return write(
+            out,
+            &json!({ "records": records, "next": next }).to_string(),
+        );
+    }
+    if records.is_empty() {
+        eprintln!("no records match");
+        return Ok(());
+    }
+    write(out, print::table(&records, SystemTime::now()).trim_end())?;
+    if let Some(next) = next {
+        eprintln!(
+            "note: more records follow; add `--after '{next}'` for the next page, or `--all`"
+        );
+    }
+    Ok(())
+}
+
+async fn show(store: &dyn Store, args: ShowArgs, out: &mut impl Write) -> Result<(), CliError> {
+    let record = match (args.key, args.digest) {
+        (_, Some(prefix)) => by_digest(store, &prefix).await?,
+        // Clap asks for a key when no digest is given.
+        (key, None) => {
+            let key = key.unwrap_or_default();
+            store
+                .inspect(&Key::from_recorded(&key))
+                .await
+                .map_err(failed("read the record"))?
+                .ok_or(CliError::NotFound(key))?
+        }
+    };
+    if args.json {
+        return write(out, &print::record_json(&record).to_string());
+    }
+    write(out, print::fields(&record, SystemTime::now()).trim_end())?;
+    if record.state == RecordState::Unknown {
+        eprintln!(
+            "note: check with the provider whether the action happened; if it did not, \
+             `idempotent-tools forget '{}'` lets the next call run it; if it did, leave the key",
+            record.key
+        );
+    }
+    Ok(())
+}
+
+/// The one record whose key's digest begins with `prefix`.
+async fn by_digest(store: &dyn Store, prefix: &str) -> Result<Record, CliError> {
+    let hex = prefix.trim().to_ascii_lowercase();
+    if hex.is_empty() || hex.len() > 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(CliError::BadDigest(prefix.to_owned()));
+    }
+    let mut query = RecordQuery::new().limit(MAX_PAGE);
+    let mut found = Vec::new();
+    loop {
+        let page = store.list(&query).await.map_err(failed("list records"))?;
+        found.extend(
+            page.records
+                .into_iter()
+                .filter(|r| r.key_digest().starts_with(&hex)),
+        );
+        match page.next {
+            Some(next) => query = query.after(next),
+            None => break,
+        }
+    }
+    match found.len() {
+        0 => Err(CliError::DigestNotFound(hex)),
+        1 => Ok(found.remove(0)),
+        count => Err(CliError::AmbiguousDigest { prefix: hex, count }),
+    }
+}
+
+async fn forget(store: &dyn Store, args: ForgetArgs, out: &mut impl Write) -> Result<(), CliError> {
+    let key = Key::from_recorded(&args.key);
+    let record = store
+        .inspect(&key)
+        .await
+        .map_err(failed("read the record"))?
+        .ok_or_else(|| CliError::NotFound(args.key.clone()))?;
+    if record.lease_is_live(SystemTime::now()) && !args.force {
+        return Err(CliError::LiveClaim { key: args.key });
+    }
+    if !args.yes {
+        confirm(&record)?;
+    }
+    let how = if args.force {
+        Forget::Force
+    } else {
+        Forget::UnlessLive
+    };
+    match store.forget_with(&key, how).await {
+        Ok(true) => write(out, &format!("forgot `{}`", args.key)),
+        Ok(false) => Err(CliError::NotFound(args.key)),
+        Err(StoreError::LiveClaim { .. }) => Err(CliError::LiveClaim { key: args.key }),
+        Err(source) => Err(failed("forget the key")(source)),
+    }
+}
+
+/// Asks on the terminal; anything but yes declines.
+fn confirm(record: &Record) -> Result<(), CliError> {
+    let stdin = io::stdin();
+    if !stdin.is_terminal() {
+        return Err(CliError::NoTerminal);
+    }
+    eprint!(
+        "Forget `{}` ({}, {})? A retry will run the action again. [y/N] ",
+        record.key, record.state, record.tool
+    );
+    let _ = io::stderr().flush();
+    let mut answer = String::new();
+    // An answer that cannot be read declines.
+    let _ = stdin.lock().read_line(&mut answer);
+    match answer.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" => Ok(()),
+        _ => Err(CliError::Declined(record.key.to_string())),
+    }
+}

@@ -1,0 +1,86 @@
+//! A test harness for cases that need a server: each case is a trial that
+//! runs when the server's address is set, is reported as *ignored* (with the
+//! reason) when it is not, and fails in CI, where a missing server is a
+//! broken set-up, never a pass.
+//!
+//! A test file that uses it sets `harness = false` and ends in
+//! `harness::main(vec![..])`, listing its cases with [`trials!`].
+#![allow(dead_code)]
+
+use std::future::Future;
+
+pub use libtest_mimic::{Arguments, Completion, Failed, Trial};
+
+/// A trial of `case`, run on a multi-thread runtime, when the environment
+/// variable `needs` is set.
+pub fn trial<F, Fut>(name: &str, needs: &'static str, case: F) -> Trial
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    Trial::ignorable_test(name, move || {
+        if std::env::var_os(needs).is_none() {
+            if std::env::var_os("CI").is_some() {
+                return Err(
+                    format!("{needs} must be set in CI: this case needs its server").into(),
+                );
+            }
+            return Ok(Completion::ignored_with(format!("needs {needs}")));
+        }
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .map_err(|e| Failed::from(format!("a runtime: {e}")))?
+            .block_on(case());
+        Ok(Completion::Completed)
+    })
+}
+
+/// A trial of `case` that needs no server: it always runs.
+pub fn always<F, Fut>(name: &str, case: F) -> Trial
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    Trial::test(name, move || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .map_err(|e| Failed::from(format!("a runtime: {e}")))?
+            .block_on(case());
+        Ok(())
+    })
+}
+
+/// Runs the trials as `cargo test` runs tests: the same arguments, filters
+/// and summary.
+pub fn main(trials: Vec<Trial>) -> ! {
+    libtest_mimic::run(&Arguments::from_args(), trials).exit()
+}
+
+/// Trials of async functions that take nothing: `trials!(NEEDS; case, ..)`,
+/// or `trials!(always; case, ..)` for cases that need no server.
+#[macro_export]
+macro_rules! trials {
+    (always; $($case:path),* $(,)?) => {
+        vec![$(
+            $crate::harness::always($crate::harness::last_segment(stringify!($case)), || $case()),
+        )*]
+    };
+    ($needs:expr; $($case:path),* $(,)?) => {
+        vec![$(
+            $crate::harness::trial(
+                $crate::harness::last_segment(stringify!($case)),
+                $needs,
+                || $case(),
+            ),
+        )*]
+    };
+}
+
+/// A case's name: the last segment of its path.
+pub fn last_segment(path: &str) -> &str {
+    path.rsplit("::").next().unwrap_or(path).trim()
+}

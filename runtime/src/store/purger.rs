@@ -1,0 +1,135 @@
+//! A background task that purges expired records on an interval.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::MissedTickBehavior;
+
+use super::{IntoStore, Store};
+
+/// Why a [`Purger`] could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PurgerError {
+    /// The interval was zero.
+    #[error("a purger's interval must be longer than zero; once an hour suits most stores")]
+    ZeroInterval,
+    /// No Tokio runtime was running on this thread.
+    #[error(
+        "a purger runs on a Tokio runtime and none is running here: start it from async code \
+         (inside `#[tokio::main]`), or after entering a runtime with `Handle::enter`"
+    )]
+    NoRuntime,
+}
+
+/// Purges a store's expired records on an interval, on a task of its own,
+/// until stopped or dropped.
+///
+/// The first purge runs at once, then one every interval; a purge that
+/// takes longer than the interval delays the next rather than piling up.
+/// A purge that fails is reported as a `warn` event (target
+/// `idempotent_tools`) with the error and its causes, and the next purge
+/// runs at its turn; one that succeeds is a `debug` event with how many
+/// records it removed.
+///
+/// The durable stores (`SqliteStore`, `PostgresStore`) purge only when
+/// asked;
+/// run one purger per store in each service that writes to it (several
+/// purging one database at once is safe: each deletes in small batches and
+/// never a held claim). The memory store sweeps itself and needs none.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use idempotent_tools::MemoryStore;
+/// use idempotent_tools::store::Purger;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = Arc::new(MemoryStore::new()); // or a SqliteStore, a PostgresStore
+/// let purger = Purger::start(store, Duration::from_secs(3600))?;
+/// // ... serve ...
+/// purger.stop().await;
+/// # Ok(()) }
+/// ```
+pub struct Purger {
+    /// Taken out by [`Purger::stop`].
+    task: Option<JoinHandle<()>>,
+    every: Duration,
+}
+
+impl Purger {
+    /// Starts purging `store` every `every` on the current Tokio runtime.
+    pub fn start(store: impl IntoStore, every: Duration) -> Result<Purger, PurgerError> {
+        if every.is_zero() {
+            return Err(PurgerError::ZeroInterval);
+        }
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| PurgerError::NoRuntime)?;
+        let task = runtime.spawn(purge_every(store.into_store(), every));
+        Ok(Purger {
+            task: Some(task),
+            every,
+        })
+    }
+
+    /// The interval between purges.
+    pub fn every(&self) -> Duration {
+        self.every
+    }
+
+    /// Stops the purger and waits until it has: no purge starts after this
+    /// returns. A purge running when it is called is cancelled at its next
+    /// step; the rows it already deleted stay deleted.
+    pub async fn stop(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            // The task ends at its next `.await`; its result is the abort.
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Purger {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+impl fmt::Debug for Purger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Purger")
+            .field("every", &self.every)
+            .field(
+                "running",
+                &self.task.as_ref().is_some_and(|t| !t.is_finished()),
+            )
+            .finish()
+    }
+}
+
+async fn purge_every(store: Arc<dyn Store>, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        match store.purge_expired().await {
+            Ok(purged) => tracing::debug!(
+                target: crate::observe::TARGET,
+                store = store.kind(),
+                purged,
+                "purged expired records"
+            ),
+            Err(err) => tracing::warn!(
+                target: crate::observe::TARGET,
+                store = store.kind(),
+                error = &err as &(dyn std::error::Error + 'static),
+                every = ?every,
+                "purging expired records failed; trying again at the next interval"
+            ),
+        }
+    }
+}

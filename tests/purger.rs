@@ -1,0 +1,277 @@
+//! The background purger: a purge at once and one every interval, on the
+//! clock; none after it is stopped or dropped; a failing purge reported as
+//! a warning and tried again; and on a real SQLite file, expired records go
+//! while a held claim stays.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use idempotent_tools::store::{Purger, PurgerError};
+use idempotent_tools::{
+    Claim, ClaimRequest, ClaimState, Finished, Forget, Key, MemoryStore, Store, StoreError,
+    StoreFuture, StoreResult,
+};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+
+/// A memory store that counts purges, and fails them while told to.
+struct Counting {
+    inner: MemoryStore,
+    purges: watch::Sender<u64>,
+    failing: std::sync::atomic::AtomicBool,
+}
+
+impl Counting {
+    fn new() -> Arc<Counting> {
+        Arc::new(Counting {
+            inner: MemoryStore::new(),
+            purges: watch::Sender::new(0),
+            failing: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    fn purges(&self) -> u64 {
+        *self.purges.borrow()
+    }
+
+    /// Resolves once `n` purges have run: the test's only sync point.
+    async fn reached(&self, n: u64) {
+        let mut seen = self.purges.subscribe();
+        seen.wait_for(|&count| count >= n).await.expect("open");
+    }
+}
+
+impl Store for Counting {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimState>> {
+        self.inner.claim(req)
+    }
+    fn complete<'a>(
+        &'a self,
+        claim: &'a Claim,
+        finished: Finished,
+    ) -> StoreFuture<'a, StoreResult<()>> {
+        self.inner.complete(claim, finished)
+    }
+    fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
+        self.inner.release(claim)
+    }
+    fn extend<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
+        self.inner.extend(claim, lease)
+    }
+    fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
+        self.purges.send_modify(|n| *n += 1);
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            let refused = std::io::Error::other("connection reset by peer");
+            return StoreFuture::ready(Err(StoreError::Unavailable(Box::new(refused))));
+        }
+        self.inner.purge_expired()
+    }
+    fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
+        self.inner.forget_with(key, how)
+    }
+}
+
+/// Lets every task that is ready run, without moving the paused clock.
+async fn settle() {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn it_purges_at_once_then_every_interval_on_the_clock() {
+    let store = Counting::new();
+    let start = Instant::now();
+    let purger = Purger::start(store.clone(), Duration::from_secs(60)).expect("start");
+    store.reached(1).await;
+    assert_eq!(
+        start.elapsed(),
+        Duration::ZERO,
+        "the first purge runs at once"
+    );
+    store.reached(3).await;
+    assert_eq!(start.elapsed(), Duration::from_secs(120));
+    assert_eq!(store.purges(), 3);
+    assert_eq!(purger.every(), Duration::from_secs(60));
+    purger.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_purge_runs_after_it_is_stopped_or_dropped() {
+    let store = Counting::new();
+    let purger = Purger::start(store.clone(), Duration::from_secs(60)).expect("start");
+    store.reached(2).await;
+    purger.stop().await;
+    tokio::time::advance(Duration::from_secs(600)).await;
+    settle().await;
+    assert_eq!(store.purges(), 2, "stopped");
+
+    let dropped = Counting::new();
+    let purger = Purger::start(dropped.clone(), Duration::from_secs(60)).expect("start");
+    dropped.reached(1).await;
+    drop(purger);
+    tokio::time::advance(Duration::from_secs(600)).await;
+    settle().await;
+    assert_eq!(dropped.purges(), 1, "dropped");
+}
+
+/// An event as captured: its level and its fields.
+type Seen = (Level, Vec<(String, String)>);
+
+/// Events of the `idempotent_tools` target.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<Seen>>>);
+
+struct Fields(Vec<(String, String)>);
+
+impl Visit for Fields {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.push((field.name().to_owned(), format!("{value:?}")));
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.push((field.name().to_owned(), value.to_owned()));
+    }
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        let mut text = value.to_string();
+        let mut source = value.source();
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        self.0.push((field.name().to_owned(), text));
+    }
+}
+
+impl<S: Subscriber> Layer<S> for Capture {
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+        if event.metadata().target() != "idempotent_tools" {
+            return;
+        }
+        let mut fields = Fields(Vec::new());
+        event.record(&mut fields);
+        self.0
+            .lock()
+            .expect("capture")
+            .push((*event.metadata().level(), fields.0));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_purge_is_a_warning_with_its_cause_and_the_next_runs_at_its_turn() {
+    let capture = Capture::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    let store = Counting::new();
+    store
+        .failing
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let purger = Purger::start(store.clone(), Duration::from_secs(60)).expect("start");
+    store.reached(2).await;
+    store
+        .failing
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    store.reached(3).await;
+    settle().await;
+    purger.stop().await;
+
+    let events = capture.0.lock().expect("capture").clone();
+    let field = |fields: &[(String, String)], name: &str| {
+        fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let warnings: Vec<_> = events.iter().filter(|(l, _)| *l == Level::WARN).collect();
+    assert_eq!(warnings.len(), 2, "{events:?}");
+    let (_, fields) = warnings[0];
+    assert!(field(fields, "message").contains("purging expired records failed"));
+    assert_eq!(field(fields, "store"), "custom");
+    assert_eq!(
+        field(fields, "error"),
+        "the store is unavailable: connection reset by peer"
+    );
+    let purged: Vec<_> = events.iter().filter(|(l, _)| *l == Level::DEBUG).collect();
+    assert_eq!(purged.len(), 1, "{events:?}");
+    assert_eq!(field(&purged[0].1, "purged"), "0");
+}
+
+#[test]
+fn a_zero_interval_or_no_runtime_is_refused_with_what_to_do() {
+    let store = Arc::new(MemoryStore::new());
+    let err = Purger::start(store.clone(), Duration::from_secs(60)).expect_err("no runtime");
+    assert!(matches!(err, PurgerError::NoRuntime), "{err:?}");
+    assert!(err.to_string().contains("#[tokio::main]"), "{err}");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let _entered = runtime.enter();
+    let err = Purger::start(store, Duration::ZERO).expect_err("zero");
+    assert!(matches!(err, PurgerError::ZeroInterval), "{err:?}");
+}
+
+/// On a real file: records kept for no time go at the purger's pace, the
+/// store's own count being the sync point; a held claim stays.
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_sqlite_file_expired_records_go_and_a_held_claim_stays() {
+    use idempotent_tools::{Ending, Fingerprint, RecordState, Recorded, SqliteStore, ToolId};
+    use std::time::SystemTime;
+
+    static TOOL: ToolId = ToolId::new("shop::refund_order");
+    let dir = tempfile::tempdir().expect("dir");
+    let store = Arc::new(SqliteStore::open(dir.path().join("claims.db")).expect("open"));
+    let request = |key: &'static Key, retention: Duration| ClaimRequest {
+        key,
+        tool: &TOOL,
+        fingerprint: Fingerprint::builder().finish(),
+        lease: Duration::from_secs(300),
+        retention,
+    };
+    let held: &'static Key = Box::leak(Box::new(Key::from_recorded("run-1:refund:held")));
+    assert!(matches!(
+        store.claim(request(held, Duration::ZERO)).await,
+        Ok(ClaimState::Claimed(_))
+    ));
+    for n in 0..3 {
+        let key: &'static Key =
+            Box::leak(Box::new(Key::from_recorded(&format!("run-1:refund:{n}"))));
+        let Ok(ClaimState::Claimed(claim)) = store.claim(request(key, Duration::ZERO)).await else {
+            panic!("a fresh claim");
+        };
+        let finished = Finished {
+            ending: Ending::Ok,
+            value: Recorded::from_json("{}"),
+            finished_at: SystemTime::now(),
+        };
+        store.complete(&claim, finished).await.expect("complete");
+    }
+    let total = |counts: Vec<idempotent_tools::RecordCount>| -> (u64, u64) {
+        let held = counts
+            .iter()
+            .filter(|c| c.state == RecordState::Held)
+            .map(|c| c.count)
+            .sum();
+        (counts.iter().map(|c| c.count).sum(), held)
+    };
+    assert_eq!(total(store.count().await.expect("count")), (4, 1));
+
+    let purger = Purger::start(store.clone(), Duration::from_millis(20)).expect("start");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (all, held) = total(store.count().await.expect("count"));
+        if all == 1 {
+            assert_eq!(held, 1, "the held claim stays");
+            break;
+        }
+        assert!(Instant::now() < deadline, "expired records still there");
+        // The pace of looking again; the count decides.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    purger.stop().await;
+}
