@@ -26,7 +26,7 @@ use idempotent_tools::store::PostgresStore;
 use idempotent_tools::store::postgres::deadpool_postgres;
 use idempotent_tools::store::postgres::tokio_postgres::{self, Config, NoTls};
 use idempotent_tools::{
-    ClaimRequest, ClaimState, ConflictReason, Error, Store, StoreError, ToolId,
+    ClaimRequest, ClaimState, ConflictReason, Error, Key, Store, StoreError, ToolId,
 };
 use multiprocess::Scene;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -481,6 +481,92 @@ async fn a_waiter_on_another_connection_is_woken_by_notify_not_by_polling() {
     );
 }
 
+async fn only_a_completion_a_waiter_marked_notifies() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let (listener, connection) = tokio_postgres::connect(&schema.url, NoTls)
+        .await
+        .expect("a listening connection");
+    let (sent, mut heard) = tokio::sync::mpsc::unbounded_channel();
+    let mut connection = connection;
+    tokio::spawn(async move {
+        while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            if let Ok(tokio_postgres::AsyncMessage::Notification(n)) = message
+                && sent.send(n.payload().to_owned()).is_err()
+            {
+                return;
+            }
+        }
+    });
+    listener
+        .batch_execute("LISTEN idempotent_claims")
+        .await
+        .expect("listen");
+    let holder = schema.store().await;
+    let waiter = schema.store().await;
+    assert!(waiter.listening().await);
+    // Other tests share the channel: only this test's keys count.
+    let heard_for = |key: &Key, heard: &mut tokio::sync::mpsc::UnboundedReceiver<String>| {
+        let digest = hex(&key.digest());
+        let mut count = 0;
+        while let Ok(payload) = heard.try_recv() {
+            count += usize::from(payload == digest);
+        }
+        count
+    };
+
+    let alone = refund_key(&fresh_run(), "1182");
+    let claim = claimed(&holder, request(&alone, Duration::from_secs(30))).await;
+    holder
+        .complete(&claim, finished("1"))
+        .await
+        .expect("complete");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(heard_for(&alone, &mut heard), 0, "nobody waited: no NOTIFY");
+
+    let waited = refund_key(&fresh_run(), "1183");
+    let claim = claimed(&holder, request(&waited, Duration::from_secs(30))).await;
+    let woken = tokio::spawn(in_flight(&waiter, &waited).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    holder
+        .complete(&claim, finished("1"))
+        .await
+        .expect("complete");
+    tokio::time::timeout(Duration::from_secs(1), woken)
+        .await
+        .expect("the waiter is woken by the notification")
+        .expect("the waiter ends");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        heard_for(&waited, &mut heard),
+        1,
+        "a waiter marked it: one NOTIFY"
+    );
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+async fn asynchronous_completions_record_and_replay_like_synchronous_ones() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let store = schema.store().await.asynchronous_completions(true);
+    let key = refund_key(&fresh_run(), "1182");
+    let claim = claimed(&store, request(&key, Duration::from_secs(30))).await;
+    store
+        .complete(&claim, finished("7"))
+        .await
+        .expect("complete");
+    let again = store
+        .claim(request(&key, Duration::from_secs(30)))
+        .await
+        .expect("claim");
+    assert!(matches!(again, ClaimState::Completed(_)), "{again:?}");
+}
+
 async fn a_waiter_outlives_its_listening_connection_being_killed() {
     let Some(schema) = Schema::new().await else {
         return;
@@ -928,6 +1014,8 @@ fn main() {
         measured_latency_of_a_guarded_call_on_the_local_server,
         racing_claims_from_many_connections_check_tool_and_arguments_on_every_path,
         a_waiter_on_another_connection_is_woken_by_notify_not_by_polling,
+        only_a_completion_a_waiter_marked_notifies,
+        asynchronous_completions_record_and_replay_like_synchronous_ones,
         a_waiter_outlives_its_listening_connection_being_killed,
         a_store_on_an_applications_pool_without_a_listener_polls_and_still_replays,
         a_missing_schema_says_to_migrate_and_nothing_runs,
