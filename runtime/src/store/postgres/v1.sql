@@ -42,15 +42,9 @@ CREATE TABLE IF NOT EXISTS idempotent_claims (
     expires_at  timestamptz NOT NULL
 );
 
--- Set by a waiter once it listens for the key: completions and releases
--- notify only a row a waiter marked, so the commits of calls nobody waits
--- for never take the notification queue's lock and group-commit freely.
--- Added separately so that a table made by an older version gains it.
-ALTER TABLE idempotent_claims ADD COLUMN IF NOT EXISTS waiting boolean NOT NULL DEFAULT false;
-
 CREATE INDEX IF NOT EXISTS idempotent_claims_expires_at ON idempotent_claims (expires_at);
 
--- Completions and releases of a row a waiter marked (`waiting`) notify this
--- channel with the key digest in hex, so waiters on other connections and
--- hosts wake at once:
+-- Completions and releases notify this channel with the key digest in hex
+-- (from version 2, only for a row a waiter marked), so waiters on other
+-- connections and hosts wake at once:
 --   LISTEN idempotent_claims;
