@@ -75,6 +75,17 @@ impl Store for Counting {
 }
 
 /// Lets every task that is ready run, without moving the paused clock.
+/// Installs, once for the whole binary, a global subscriber that wants every
+/// event. `tracing` caches per call site whether anyone listens; a case that
+/// ran with no subscriber could otherwise cache "nobody" for the purger's
+/// events while the capturing case on another thread installs its own.
+fn every_event_is_wanted() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
+    });
+}
+
 async fn settle() {
     for _ in 0..10 {
         tokio::task::yield_now().await;
@@ -83,6 +94,7 @@ async fn settle() {
 
 #[tokio::test(start_paused = true)]
 async fn it_purges_at_once_then_every_interval_on_the_clock() {
+    every_event_is_wanted();
     let store = Counting::new();
     let start = Instant::now();
     let purger = Purger::start(store.clone(), Duration::from_secs(60)).expect("start");
@@ -101,6 +113,7 @@ async fn it_purges_at_once_then_every_interval_on_the_clock() {
 
 #[tokio::test(start_paused = true)]
 async fn no_purge_runs_after_it_is_stopped_or_dropped() {
+    every_event_is_wanted();
     let store = Counting::new();
     let purger = Purger::start(store.clone(), Duration::from_secs(60)).expect("start");
     store.reached(2).await;
@@ -162,6 +175,7 @@ impl<S: Subscriber> Layer<S> for Capture {
 
 #[tokio::test(start_paused = true)]
 async fn a_failing_purge_is_a_warning_with_its_cause_and_the_next_runs_at_its_turn() {
+    every_event_is_wanted();
     let capture = Capture::default();
     let _guard =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
@@ -202,6 +216,7 @@ async fn a_failing_purge_is_a_warning_with_its_cause_and_the_next_runs_at_its_tu
 
 #[test]
 fn a_zero_interval_or_no_runtime_is_refused_with_what_to_do() {
+    every_event_is_wanted();
     let store = Arc::new(MemoryStore::new());
     let err = Purger::start(store.clone(), Duration::from_secs(60)).expect_err("no runtime");
     assert!(matches!(err, PurgerError::NoRuntime), "{err:?}");
@@ -220,6 +235,7 @@ fn a_zero_interval_or_no_runtime_is_refused_with_what_to_do() {
 #[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_sqlite_file_expired_records_go_and_a_held_claim_stays() {
+    every_event_is_wanted();
     use idempotent_tools::{Ending, Fingerprint, RecordState, Recorded, SqliteStore, ToolId};
     use std::time::SystemTime;
 
