@@ -240,7 +240,8 @@ impl Call {
             Ok(Answer::InFlight(wait)) => {
                 Begin::Later(Box::pin(self.claiming(store, Some(Answer::InFlight(wait)))))
             }
-            Ok(answer) => Begin::Now(self.settle(answer)),
+            Ok(Answer::Completed(finished)) => Begin::Now(self.replay(finished)),
+            Ok(Answer::Conflict { reason, first }) => Begin::Now(self.conflict(reason, first)),
             Err(cause) => {
                 let cause = observe::store_failed(&self.tool, &*store, "claim", cause);
                 Begin::Now(Begun::Ended(Ended::Failed(cause)))
@@ -312,41 +313,38 @@ impl Call {
                     }
                     observe::woken(&self.tool, since);
                 }
-                answer => return self.settle(answer),
+                Answer::Completed(finished) => return self.replay(finished),
+                Answer::Conflict { reason, first } => return self.conflict(reason, first),
             }
         }
     }
 
-    /// A replay or a conflict, with the note the call site chose.
-    fn settle(self, answer: Answer) -> Begun {
-        match &answer {
-            Answer::Completed(finished) => observe::found_finished(&self.tool, finished.ending),
-            Answer::Conflict { reason, .. } => observe::conflict(&self.tool, *reason),
-            Answer::Claimed(_) | Answer::InFlight(_) => {}
-        }
-        Begun::Ended(match answer {
-            Answer::Completed(finished) => Ended::Replay {
-                finished,
-                note: self
+    /// A replay, with the note the call site chose.
+    fn replay(self, finished: Finished) -> Begun {
+        observe::found_finished(&self.tool, finished.ending);
+        Begun::Ended(Ended::Replay {
+            finished,
+            note: self
+                .policy
+                .replay_note
+                .unwrap_or(Cow::Borrowed(DEFAULT_REPLAY_NOTE)),
+            key: self.key,
+        })
+    }
+
+    /// A conflict, with the note the call site chose (or the other tool's).
+    fn conflict(self, reason: ConflictReason, first: Option<Recorded>) -> Begun {
+        observe::conflict(&self.tool, reason);
+        Begun::Ended(Ended::Conflict {
+            note: match reason {
+                ConflictReason::OtherTool => Cow::Borrowed(OTHER_TOOL_NOTE),
+                _ => self
                     .policy
-                    .replay_note
-                    .unwrap_or(Cow::Borrowed(DEFAULT_REPLAY_NOTE)),
-                key: self.key,
+                    .conflict_note
+                    .unwrap_or(Cow::Borrowed(DEFAULT_CONFLICT_NOTE)),
             },
-            Answer::Conflict { reason, first } => Ended::Conflict {
-                note: match reason {
-                    ConflictReason::OtherTool => Cow::Borrowed(OTHER_TOOL_NOTE),
-                    _ => self
-                        .policy
-                        .conflict_note
-                        .unwrap_or(Cow::Borrowed(DEFAULT_CONFLICT_NOTE)),
-                },
-                reason,
-                first,
-            },
-            Answer::Claimed(_) | Answer::InFlight(_) => {
-                unreachable!("a claim or a wait is handled before it is settled")
-            }
+            reason,
+            first,
         })
     }
 }
