@@ -7,6 +7,8 @@
 //! reported as ignored, never as passed, and in CI they fail. Each gets a
 //! schema of its own, named in the URL's `search_path`, dropped afterwards.
 
+// The workspace's harness for cases that need a server.
+#[path = "../../tests/harness/mod.rs"]
 mod harness;
 
 use std::path::{Path, PathBuf};
