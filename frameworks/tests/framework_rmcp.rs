@@ -2,11 +2,13 @@
 //! over an in-memory duplex pipe, as over stdio. Every test counts the
 //! refunds that the test kit's stand-in provider made.
 
-mod mcp_common;
+mod framework_rmcp_common;
 
+use framework_rmcp_common::{
+    Protocol, Shop, call, connect, in_run, refund, refund_in, status, texts,
+};
 use idempotent_tools::rmcp::{RUN_META_KEY, RunPolicy, RunSource};
 use idempotent_tools::testing::Provider;
-use mcp_common::{Protocol, Shop, call, connect, in_run, refund, refund_in, status, texts};
 use rmcp::model::RequestMetaObject;
 use rmcp::service::ServiceError;
 use serde_json::{Value, json};

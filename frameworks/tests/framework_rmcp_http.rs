@@ -3,11 +3,11 @@
 //! 2026-07-28 (stateless, a server instance per request). Every test counts
 //! the refunds that the test kit's stand-in provider made.
 
-mod mcp_common;
+mod framework_rmcp_common;
 
+use framework_rmcp_common::{Headers, Protocol, call, connect_http, refund, serve_http, status};
 use idempotent_tools::rmcp::{RunPolicy, RunSource};
 use idempotent_tools::testing::Provider;
-use mcp_common::{Headers, Protocol, call, connect_http, refund, serve_http, status};
 use rmcp::service::ServiceError;
 
 const NONE: Headers<'static> = Headers {

@@ -1,5 +1,6 @@
 //! Fingerprints: what a call asked for, beyond its key.
 
+use std::cell::Cell;
 use std::fmt;
 use std::io;
 
@@ -7,7 +8,33 @@ use serde::Serialize;
 use xxhash_rust::xxh3::{Xxh3, xxh3_128};
 
 use crate::error::Error;
-use crate::text::fingerprinting;
+
+thread_local! {
+    static FINGERPRINTING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with [`FreeText`](crate::FreeText) and [`CallId`](crate::CallId) serializing as nothing, so that
+/// a fingerprint never covers free text or a call id, wherever they sit: an
+/// argument, an `Option`, a field of an argument struct.
+pub(crate) fn fingerprinting<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            FINGERPRINTING.with(|c| c.set(self.0));
+        }
+    }
+    let _reset = Reset(FINGERPRINTING.with(|c| c.replace(true)));
+    f()
+}
+
+/// Whether this thread is computing a fingerprint, so that [`FreeText`] and
+/// [`CallId`] serialize as nothing.
+///
+/// [`FreeText`]: crate::FreeText
+/// [`CallId`]: crate::CallId
+pub(crate) fn is_fingerprinting() -> bool {
+    FINGERPRINTING.with(Cell::get)
+}
 
 /// A digest of the arguments that are not in the key: the amount of a refund,
 /// say. The same key with a different fingerprint is a conflict (refund 42,

@@ -4,12 +4,26 @@
 //! Most users depend on `idempotent-tools` and write `#[idempotent(key = "...")]`;
 //! this crate is what that attribute expands into, and it works by hand too
 //! (see [`Call`]).
+//!
+//! A call flows one way: a [`Key`] names the action (run, action, object) and
+//! a [`Fingerprint`] digests the arguments outside the key; a [`Call`] asks
+//! the [`Store`] to **claim** the key ([`Store::claim`], atomic in every
+//! store); the caller that wins **acts**, while a lease it renews keeps the
+//! claim its own; it then **completes** the record with the result, which
+//! every later call with that key gets back as an [`Outcome::Replay`]. A
+//! failed action **releases** the claim so a retry acts again. Modules:
+//! `key` and `fingerprint` name and digest the ask, `guard` runs the claim,
+//! the action and the completion, [`store`] keeps the claims and records,
+//! `record` is what a finished action leaves behind, and `observe` emits
+//! its traces and metrics.
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
+mod call_id;
 mod error;
 mod fingerprint;
+mod free_text;
 mod guard;
 mod key;
 mod observe;
@@ -17,7 +31,7 @@ mod outcome;
 mod policy;
 mod record;
 mod run;
-mod text;
+mod tool;
 
 pub mod store;
 
@@ -31,8 +45,10 @@ pub use adapters::rig;
 #[cfg(feature = "rmcp")]
 pub use adapters::rmcp;
 
+pub use call_id::CallId;
 pub use error::Error;
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
+pub use free_text::FreeText;
 pub use guard::{Call, current_key};
 pub use key::{Key, KeyBuilder, KeyError, KeyPart, KeyPartWriter, PROVIDER_KEY_MAX};
 pub use outcome::{
@@ -40,7 +56,7 @@ pub use outcome::{
     ToolOutput,
 };
 pub use policy::{DEFAULT_LEASE, DEFAULT_RETENTION, DEFAULT_WAIT, Policy, Takeover};
-pub use record::{Ending, Finished, Recorded, ToolId};
+pub use record::{Ending, Finished, Recorded};
 pub use run::Run;
 #[cfg(feature = "postgres")]
 pub use store::PostgresStore;
@@ -51,7 +67,7 @@ pub use store::{
     RecordPage, RecordQuery, RecordState, Store, StoreError, StoreFuture, StoreResult, Wait,
     default_store, set_default_store,
 };
-pub use text::{CallId, FreeText};
+pub use tool::ToolId;
 
 #[doc(hidden)]
 pub mod __private;

@@ -26,9 +26,9 @@ use crate::error::Error;
 use crate::key::Key;
 use crate::outcome::ConflictReason;
 use crate::record::Ending;
-use crate::record::ToolId;
 use crate::run::Run;
 use crate::store::{Store, StoreError, default_store};
+use crate::tool::ToolId;
 
 #[cfg(feature = "metrics")]
 pub(crate) mod metrics;

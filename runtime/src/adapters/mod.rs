@@ -13,7 +13,7 @@ use std::borrow::Cow;
 
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 
-use crate::text::FreeText;
+use crate::free_text::FreeText;
 
 /// Free text is described to the model exactly as the text it wraps: the
 /// model writes a reason as it always would, and only the fingerprint skips

@@ -98,7 +98,37 @@ impl Call {
         self
     }
 
-    /// Replaces the whole policy.
+    /// Replaces the whole policy: one [`Policy`] value shared by several
+    /// tools, say. Setters called after it change only their own field.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use std::sync::Arc;
+    /// use idempotent_tools::{Call, Key, MemoryStore, Policy, Run};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), idempotent_tools::Error> {
+    /// let shop = Policy {
+    ///     replay_note: Some("Already refunded: tell the customer it is done.".into()),
+    ///     retention: Duration::from_secs(7 * 24 * 3600),
+    ///     ..Policy::default()
+    /// };
+    /// let store = Arc::new(MemoryStore::new());
+    /// let run = Run::new("run-1")?;
+    /// let refund = || -> Result<Call, idempotent_tools::Error> {
+    ///     let key = Key::builder()
+    ///         .part("run", &run)?
+    ///         .literal(":refund:")?
+    ///         .part("order_id", "A1")?
+    ///         .finish()?;
+    ///     Ok(Call::new("shop::refund", key).policy(shop.clone()).store(store.clone()))
+    /// };
+    /// refund()?.run(async { Ok::<_, idempotent_tools::Error>(42) }).await?;
+    /// let again = refund()?.run(async { Ok::<_, idempotent_tools::Error>(42) }).await?;
+    /// assert_eq!(again.note(), Some("Already refunded: tell the customer it is done."));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn policy(mut self, policy: Policy) -> Call {
         self.policy = policy;
         self

@@ -23,7 +23,7 @@ use dashmap::DashMap;
 use metrics::{Key, Label, Level, Metadata};
 
 use super::Outcome;
-use crate::record::ToolId;
+use crate::tool::ToolId;
 
 static METADATA: Metadata<'static> =
     Metadata::new(super::TARGET, Level::INFO, Some(module_path!()));

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 
 use serde_json::Value;
 
-use crate::text::CallId;
+use crate::call_id::CallId;
 
 use super::runner::ToolResult;
 

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::text::CallId;
+use crate::call_id::CallId;
 
 use super::model::ToolCall;
 
