@@ -1,0 +1,227 @@
+//! [`Call`]: one guarded call, as a user builds it.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::Error;
+use crate::fingerprint::Fingerprint;
+use crate::key::Key;
+use crate::outcome::Outcome;
+use crate::policy::{Policy, Takeover};
+use crate::store::{IntoStore, Store};
+use crate::tool::ToolId;
+
+use super::drive::{ErrorCodec, drive};
+
+/// One guarded call: a key, the tool, the arguments' fingerprint and the
+/// call site's policy. [`Call::run`] claims the key, then acts or replays.
+///
+/// This is what `#[idempotent]` expands into; use it by hand when keys are
+/// built at run time:
+///
+/// ```
+/// use std::sync::Arc;
+/// use idempotent_tools::{Call, Fingerprint, Key, MemoryStore, Outcome, Run};
+///
+/// #[derive(Debug, thiserror::Error)]
+/// enum PayError {
+///     #[error(transparent)]
+///     Idempotency(#[from] idempotent_tools::Error),
+/// }
+///
+/// async fn refund(run: &Run, order_id: &str, usd: u64) -> Result<Outcome<String>, PayError> {
+///     let key = Key::builder()
+///         .part("run", run)?
+///         .literal(":refund:")?
+///         .part("order_id", order_id)?
+///         .finish()?;
+///     let fingerprint = Fingerprint::builder().arg("usd", &usd)?.finish();
+///     Call::new("shop::refund", key)
+///         .fingerprint(fingerprint)
+///         .run(async move { Ok(format!("refunded {usd} on {order_id}")) })
+///         .await
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), PayError> {
+/// let run = Run::new("run-1")?;
+/// assert!(refund(&run, "1182", 42).await?.is_fresh());
+/// assert!(refund(&run, "1182", 42).await?.is_replay());
+/// assert!(refund(&run, "1182", 41).await?.is_conflict());
+/// # Ok(()) }
+/// ```
+#[must_use = "a call does nothing until `.run(..)` is awaited"]
+pub struct Call {
+    pub(super) key: Key,
+    pub(super) tool: ToolId,
+    pub(super) fingerprint: Fingerprint,
+    pub(super) policy: Policy,
+    pub(super) store: Option<Arc<dyn Store>>,
+}
+
+impl Call {
+    /// A call of `tool` under `key`, with the default policy and store.
+    pub fn new(tool: impl Into<ToolId>, key: Key) -> Call {
+        Call {
+            key,
+            tool: tool.into(),
+            fingerprint: Fingerprint::EMPTY,
+            policy: Policy::default(),
+            store: None,
+        }
+    }
+
+    /// The arguments beyond the key. A different fingerprint under the same
+    /// key is a conflict.
+    pub fn fingerprint(mut self, fingerprint: Fingerprint) -> Call {
+        self.fingerprint = fingerprint;
+        self
+    }
+
+    /// Uses this store instead of the process default.
+    pub fn store(mut self, store: impl IntoStore) -> Call {
+        self.store = Some(store.into_store());
+        self
+    }
+
+    /// Replaces the whole policy: one [`Policy`] value shared by several
+    /// tools, say. Setters called after it change only their own field.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use std::sync::Arc;
+    /// use idempotent_tools::{Call, Key, MemoryStore, Policy, Run};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), idempotent_tools::Error> {
+    /// let shop = Policy {
+    ///     replay_note: Some("Already refunded: tell the customer it is done.".into()),
+    ///     retention: Duration::from_secs(7 * 24 * 3600),
+    ///     ..Policy::default()
+    /// };
+    /// let store = Arc::new(MemoryStore::new());
+    /// let run = Run::new("run-1")?;
+    /// let refund = || -> Result<Call, idempotent_tools::Error> {
+    ///     let key = Key::builder()
+    ///         .part("run", &run)?
+    ///         .literal(":refund:")?
+    ///         .part("order_id", "A1")?
+    ///         .finish()?;
+    ///     Ok(Call::new("shop::refund", key).policy(shop.clone()).store(store.clone()))
+    /// };
+    /// refund()?.run(async { Ok::<_, idempotent_tools::Error>(42) }).await?;
+    /// let again = refund()?.run(async { Ok::<_, idempotent_tools::Error>(42) }).await?;
+    /// assert_eq!(again.note(), Some("Already refunded: tell the customer it is done."));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn policy(mut self, policy: Policy) -> Call {
+        self.policy = policy;
+        self
+    }
+
+    /// How long the record is kept once finished.
+    pub fn retention(mut self, retention: Duration) -> Call {
+        self.policy.retention = retention;
+        self
+    }
+
+    /// How long a duplicate waits for an in-flight call.
+    pub fn wait(mut self, wait: Duration) -> Call {
+        self.policy.wait = wait;
+        self
+    }
+
+    /// The claim's lease.
+    pub fn lease(mut self, lease: Duration) -> Call {
+        self.policy.lease = lease;
+        self
+    }
+
+    /// What a takeover from a crashed holder does.
+    pub fn takeover(mut self, takeover: Takeover) -> Call {
+        self.policy.takeover = takeover;
+        self
+    }
+
+    /// The note a replay carries for the model.
+    pub fn replay_note(mut self, note: impl Into<Cow<'static, str>>) -> Call {
+        self.policy.replay_note = Some(note.into());
+        self
+    }
+
+    /// The note a conflict on arguments carries for the model.
+    pub fn conflict_note(mut self, note: impl Into<Cow<'static, str>>) -> Call {
+        self.policy.conflict_note = Some(note.into());
+        self
+    }
+
+    /// The key.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// Claims the key, then runs `action` or replays.
+    ///
+    /// - First call: runs `action`. On `Ok` the result is recorded and
+    ///   returned as [`Outcome::Fresh`]. On `Err` the claim is released and
+    ///   nothing is recorded, so a retry runs the action again.
+    /// - A duplicate after completion gets [`Outcome::Replay`].
+    /// - A duplicate while the first is in flight waits (by wake-up) and gets
+    ///   its result; if the first fails, one waiter takes over and runs.
+    /// - The same key with other arguments or from another tool gets
+    ///   [`Outcome::Conflict`].
+    ///
+    /// # Errors
+    ///
+    /// The action's own `Err`, or an [`Error`] converted into `E`. Each says
+    /// whether the action ran ([`Error::action_ran`]):
+    /// - before acting: [`Error::Store`] (the claim could not be made),
+    ///   [`Error::InProgress`] (a duplicate still in flight at the `wait`
+    ///   deadline), [`Error::Reentrant`], [`Error::UnknownOutcome`], and
+    ///   [`Error::Codec`] for a recorded result of another type;
+    /// - after acting: [`Error::NotRecorded`], when the result could not be
+    ///   recorded (the completion is tried again while the lease holds), and
+    ///   [`Error::LeaseLost`], when another caller took the claim over.
+    ///
+    /// # Cancel safety
+    ///
+    /// The returned future may be dropped at any `.await`, as frameworks do
+    /// with timeouts and `select!`:
+    /// - before the action starts, the claim is released (or never made):
+    ///   the next call acts at once, without waiting out a lease;
+    /// - while the action runs, the action is dropped with it and the claim is
+    ///   released, as after an error, so a retry acts again;
+    /// - once the action has returned `Ok`, its result is still recorded on a
+    ///   task of its own, and every later call replays it.
+    ///
+    /// If `action` panics, the claim is released and the panic propagates.
+    pub fn run<T, E, F>(self, action: F) -> impl Future<Output = Result<Outcome<T>, E>>
+    where
+        F: Future<Output = Result<T, E>>,
+        T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+        E: From<Error>,
+    {
+        drive(Ok(self), action, None)
+    }
+
+    /// Like [`Call::run`], but an `Err` is final: it is recorded, and every
+    /// duplicate gets the same error back without running the action. For
+    /// actions whose failure must not be retried, such as a declined card.
+    pub fn run_recording_errors<T, E, F>(
+        self,
+        action: F,
+    ) -> impl Future<Output = Result<Outcome<T>, E>>
+    where
+        F: Future<Output = Result<T, E>>,
+        T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+        E: From<Error> + Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    {
+        drive(Ok(self), action, Some(ErrorCodec::<E>::recording()))
+    }
+}
