@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use idempotent_tools::store::{Purger, PurgerError};
 use idempotent_tools::{
-    Claim, ClaimRequest, ClaimState, Finished, Forget, Key, MemoryStore, Store, StoreError,
+    Claim, ClaimAnswer, ClaimRequest, Finished, Forget, Key, MemoryStore, Store, StoreError,
     StoreFuture, StoreResult,
 };
 use tokio::sync::watch;
@@ -45,7 +45,7 @@ impl Counting {
 }
 
 impl Store for Counting {
-    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimState>> {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> {
         self.inner.claim(req)
     }
     fn complete<'a>(
@@ -58,8 +58,8 @@ impl Store for Counting {
     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
         self.inner.release(claim)
     }
-    fn extend<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
-        self.inner.extend(claim, lease)
+    fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
+        self.inner.renew(claim, lease)
     }
     fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
         self.purges.send_modify(|n| *n += 1);
@@ -252,12 +252,13 @@ async fn on_a_sqlite_file_expired_records_go_and_a_held_claim_stays() {
     let held: &'static Key = Box::leak(Box::new(Key::from_recorded("run-1:refund:held")));
     assert!(matches!(
         store.claim(request(held, Duration::ZERO)).await,
-        Ok(ClaimState::Claimed(_))
+        Ok(ClaimAnswer::Claimed(_))
     ));
     for n in 0..3 {
         let key: &'static Key =
             Box::leak(Box::new(Key::from_recorded(&format!("run-1:refund:{n}"))));
-        let Ok(ClaimState::Claimed(claim)) = store.claim(request(key, Duration::ZERO)).await else {
+        let Ok(ClaimAnswer::Claimed(claim)) = store.claim(request(key, Duration::ZERO)).await
+        else {
             panic!("a fresh claim");
         };
         let finished = Finished {

@@ -26,7 +26,7 @@ use idempotent_tools::store::PostgresStore;
 use idempotent_tools::store::postgres::deadpool_postgres;
 use idempotent_tools::store::postgres::tokio_postgres::{self, Config, NoTls};
 use idempotent_tools::{
-    ClaimRequest, ClaimState, ConflictReason, Error, Key, Store, StoreError, ToolId,
+    ClaimAnswer, ClaimRequest, ConflictReason, Error, Key, Store, StoreError, ToolId,
 };
 use multiprocess::Scene;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -287,7 +287,7 @@ async fn a_claim_a_completion_a_replay_and_a_wait_take_one_round_trip_each() {
         .claim(request(&warm, Duration::from_secs(30)))
         .await
         .expect("claim");
-    let ClaimState::InFlight(waiting) = waiting else {
+    let ClaimAnswer::InFlight(waiting) = waiting else {
         panic!("expected the claim in flight, got {waiting:?}")
     };
     let waiting = tokio::spawn(waiting);
@@ -314,7 +314,7 @@ async fn a_claim_a_completion_a_replay_and_a_wait_take_one_round_trip_each() {
         .claim(request(&key, Duration::from_secs(30)))
         .await
         .expect("claim");
-    let ClaimState::InFlight(woken) = in_flight else {
+    let ClaimAnswer::InFlight(woken) = in_flight else {
         panic!("expected the claim in flight, got {in_flight:?}")
     };
     assert_eq!(measure("a claim that finds one in flight", before), 1);
@@ -350,7 +350,7 @@ async fn a_claim_a_completion_a_replay_and_a_wait_take_one_round_trip_each() {
         .claim(request(&key, Duration::from_secs(30)))
         .await
         .expect("claim");
-    assert!(matches!(replay, ClaimState::Completed(_)), "{replay:?}");
+    assert!(matches!(replay, ClaimAnswer::Completed(_)), "{replay:?}");
     assert_eq!(measure("a replay", before), 1);
 
     let other = refund_key(&fresh_run(), "1183");
@@ -367,7 +367,7 @@ async fn a_claim_a_completion_a_replay_and_a_wait_take_one_round_trip_each() {
         })
         .await
         .expect("claim");
-    assert!(matches!(conflict, ClaimState::Conflict { .. }));
+    assert!(matches!(conflict, ClaimAnswer::Conflict { .. }));
     assert_eq!(measure("a conflict", before), 1);
 }
 
@@ -428,19 +428,19 @@ async fn racing_claims_from_many_connections_check_tool_and_arguments_on_every_p
         claims += results.len() as u64;
         let winners: Vec<_> = results
             .iter()
-            .filter(|(_, _, s)| matches!(s, ClaimState::Claimed(_)))
+            .filter(|(_, _, s)| matches!(s, ClaimAnswer::Claimed(_)))
             .collect();
         assert_eq!(winners.len(), 1, "exactly one claim per key");
         let (win_tool, win_fp, _) = winners[0];
         for (tool, fp, state) in &results {
             match state {
-                ClaimState::Claimed(_) => {}
-                ClaimState::InFlight(_) => assert!(tool == win_tool && fp == win_fp),
-                ClaimState::Conflict {
+                ClaimAnswer::Claimed(_) => {}
+                ClaimAnswer::InFlight(_) => assert!(tool == win_tool && fp == win_fp),
+                ClaimAnswer::Conflict {
                     reason: ConflictReason::OtherTool,
                     ..
                 } => assert!(tool != win_tool),
-                ClaimState::Conflict {
+                ClaimAnswer::Conflict {
                     reason: ConflictReason::Arguments,
                     ..
                 } => assert!(tool == win_tool && fp != win_fp),
@@ -564,7 +564,7 @@ async fn asynchronous_completions_record_and_replay_like_synchronous_ones() {
         .claim(request(&key, Duration::from_secs(30)))
         .await
         .expect("claim");
-    assert!(matches!(again, ClaimState::Completed(_)), "{again:?}");
+    assert!(matches!(again, ClaimAnswer::Completed(_)), "{again:?}");
 }
 
 async fn a_waiter_outlives_its_listening_connection_being_killed() {
@@ -609,7 +609,7 @@ async fn a_waiter_outlives_its_listening_connection_being_killed() {
         waiter_store
             .claim(request(&key, Duration::from_secs(30)))
             .await,
-        Ok(ClaimState::Completed(_))
+        Ok(ClaimAnswer::Completed(_))
     ));
 }
 
@@ -644,7 +644,7 @@ async fn a_store_on_an_applications_pool_without_a_listener_polls_and_still_repl
         .await
         .expect("claim")
     {
-        ClaimState::Completed(done) => assert_eq!(done.value.to_json().expect("json"), "1"),
+        ClaimAnswer::Completed(done) => assert_eq!(done.value.to_json().expect("json"), "1"),
         other => panic!("expected a replay, got {other:?}"),
     }
 }

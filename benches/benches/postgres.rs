@@ -26,7 +26,7 @@ use idempotent_benches::{
     Network, Provider, TOOL, bench_run, multi_thread, refund_key, refund_tool,
 };
 use idempotent_tools::{
-    ClaimRequest, ClaimState, DEFAULT_LEASE, DEFAULT_RETENTION, Fingerprint, Key, PostgresStore,
+    ClaimAnswer, ClaimRequest, DEFAULT_LEASE, DEFAULT_RETENTION, Fingerprint, Key, PostgresStore,
     Run, Store, ToolId,
 };
 use tokio::runtime::Runtime;
@@ -268,7 +268,7 @@ fn rate(
                                     retention: DEFAULT_RETENTION,
                                 };
                                 let state = store.claim(request).await;
-                                assert!(matches!(state, Ok(ClaimState::Claimed(_))), "{state:?}");
+                                assert!(matches!(state, Ok(ClaimAnswer::Claimed(_))), "{state:?}");
                                 if matches!(work, Work::ClaimThenSilentUpdate) {
                                     silent_complete(&store, &key).await;
                                 }

@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime};
 use idempotent_tools::store::postgres::tokio_postgres::{self, NoTls};
 use idempotent_tools::store::{PostgresStore, SqliteStore};
 use idempotent_tools::{
-    ClaimRequest, ClaimState, Ending, Fingerprint, Finished, Key, Recorded, Store, ToolId,
+    ClaimAnswer, ClaimRequest, Ending, Fingerprint, Finished, Key, Recorded, Store, ToolId,
 };
 use serde_json::Value;
 
@@ -96,7 +96,7 @@ async fn claim(store: &dyn Store, key: &Key, tool: &ToolId, lease: Duration, kee
         retention: keep,
     };
     let state = store.claim(req).await.expect("claim");
-    let ClaimState::Claimed(claim) = state else {
+    let ClaimAnswer::Claimed(claim) = state else {
         panic!("expected a fresh claim, got {state:?}");
     };
     let _ = claim;
@@ -124,7 +124,7 @@ async fn finish_keeping(
         lease: Duration::from_secs(30),
         retention: keep,
     };
-    let ClaimState::Claimed(claim) = store.claim(req).await.expect("claim") else {
+    let ClaimAnswer::Claimed(claim) = store.claim(req).await.expect("claim") else {
         panic!("expected a fresh claim");
     };
     let json = match ending {

@@ -63,7 +63,7 @@ pub use store::PostgresStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
 pub use store::{
-    Claim, ClaimRequest, ClaimState, Forget, IntoStore, MemoryStore, Record, RecordCount,
+    Claim, ClaimAnswer, ClaimRequest, Forget, IntoStore, MemoryStore, Record, RecordCount,
     RecordPage, RecordQuery, RecordState, Store, StoreError, StoreFuture, StoreResult, Wait,
     default_store, set_default_store,
 };

@@ -290,7 +290,7 @@ pub(crate) fn renewal_failed(store: &dyn Store, err: &StoreError) {
         "renewing the lease failed; trying again at the next turn"
     );
     #[cfg(feature = "metrics")]
-    metrics::store_error(store.kind(), "extend");
+    metrics::store_error(store.kind(), "renew");
     let _ = store;
 }
 

@@ -13,7 +13,6 @@ use crate::error::Error;
 use crate::store::StoreError;
 
 // Recorded with each result; re-exported here while callers move to `crate::tool`.
-pub(crate) use crate::tool::ToolId;
 
 trait Erased: Any + Send + Sync {
     fn to_json(&self) -> serde_json::Result<String>;

@@ -19,7 +19,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use idempotent_tools::{
-    Call, Claim, ClaimRequest, ClaimState, Error, Finished, Key, Outcome, Run, Store, StoreError,
+    Call, Claim, ClaimAnswer, ClaimRequest, Error, Finished, Key, Outcome, Run, Store, StoreError,
     StoreFuture, StoreResult, Takeover,
 };
 use tokio::sync::{Barrier, Notify};
@@ -272,7 +272,7 @@ impl Faulty {
 }
 
 impl Store for Faulty {
-    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimState>> {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> {
         self.inner.claim(req)
     }
     fn complete<'a>(
@@ -293,14 +293,14 @@ impl Store for Faulty {
     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
         self.inner.release(claim)
     }
-    fn extend<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
+    fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
         if !self.stall_renewals {
-            return self.inner.extend(claim, lease);
+            return self.inner.renew(claim, lease);
         }
         StoreFuture::boxed(async move {
             self.renewal_entered.notify_one();
             self.let_renewals_through.notified().await;
-            self.inner.extend(claim, lease).await
+            self.inner.renew(claim, lease).await
         })
     }
     fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {

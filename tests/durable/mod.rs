@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use idempotent_tools::{
-    Call, Claim, ClaimRequest, ClaimState, ConflictReason, Ending, Error, Finished, Forget, Key,
+    Call, Claim, ClaimAnswer, ClaimRequest, ConflictReason, Ending, Error, Finished, Forget, Key,
     Record, RecordCount, RecordPage, RecordQuery, Recorded, Run, Store, StoreError, StoreFuture,
     StoreResult, ToolId,
 };
@@ -41,7 +41,7 @@ pub struct Held<S, Place> {
 }
 
 impl<S: Store, Place: Send + Sync + 'static> Store for Held<S, Place> {
-    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimState>> {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> {
         self.store.claim(req)
     }
     fn complete<'a>(
@@ -54,8 +54,8 @@ impl<S: Store, Place: Send + Sync + 'static> Store for Held<S, Place> {
     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
         self.store.release(claim)
     }
-    fn extend<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
-        self.store.extend(claim, lease)
+    fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
+        self.store.renew(claim, lease)
     }
     fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
         self.store.purge_expired()
@@ -116,7 +116,7 @@ pub fn finished(json: &str) -> Finished {
 /// Claims, and fails unless the claim is now held.
 pub async fn claimed(store: &dyn Store, req: ClaimRequest<'_>) -> Claim {
     match store.claim(req).await.expect("claim") {
-        ClaimState::Claimed(claim) => claim,
+        ClaimAnswer::Claimed(claim) => claim,
         other => panic!("expected to hold the claim, got {other:?}"),
     }
 }
@@ -128,7 +128,7 @@ pub async fn in_flight(store: &dyn Store, key: &Key) -> idempotent_tools::Wait {
         .await
         .expect("claim")
     {
-        ClaimState::InFlight(woken) => woken,
+        ClaimAnswer::InFlight(woken) => woken,
         other => panic!("expected the claim in flight, got {other:?}"),
     }
 }
@@ -168,7 +168,7 @@ pub async fn a_fresh_claim_a_completion_and_a_replay_take_one_statement_each(sto
         .claim(request(&key, Duration::from_secs(30)))
         .await
         .expect("claim");
-    assert!(matches!(replay, ClaimState::Completed(_)), "{replay:?}");
+    assert!(matches!(replay, ClaimAnswer::Completed(_)), "{replay:?}");
     assert_eq!(store.statements() - before, 1, "a replay");
 
     let other = refund_key(&fresh_run(), "1183");
@@ -178,7 +178,7 @@ pub async fn a_fresh_claim_a_completion_and_a_replay_take_one_statement_each(sto
         .claim(request(&other, Duration::from_secs(30)))
         .await
         .expect("claim");
-    assert!(matches!(in_flight, ClaimState::InFlight(_)));
+    assert!(matches!(in_flight, ClaimAnswer::InFlight(_)));
     assert_eq!(
         store.statements() - before,
         1,
@@ -204,7 +204,7 @@ pub async fn a_claim_past_its_lease_is_taken_over_with_a_higher_fence_and_the_st
     assert_ne!(current.owner, stale.owner);
 
     assert!(matches!(
-        store.extend(&stale, Duration::from_secs(30)).await,
+        store.renew(&stale, Duration::from_secs(30)).await,
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
@@ -225,7 +225,7 @@ pub async fn a_claim_past_its_lease_is_taken_over_with_a_higher_fence_and_the_st
         .await
         .expect("claim")
     {
-        ClaimState::Completed(done) => {
+        ClaimAnswer::Completed(done) => {
             assert_eq!(done.value.to_json().expect("json"), r#""current""#)
         }
         other => panic!("expected the current holder's result, got {other:?}"),
@@ -245,7 +245,7 @@ pub async fn a_lease_that_ran_out_is_not_taken_over_by_other_arguments(store: im
     assert!(
         matches!(
             other,
-            ClaimState::Conflict {
+            ClaimAnswer::Conflict {
                 reason: ConflictReason::Arguments,
                 ..
             }
@@ -258,20 +258,20 @@ pub async fn a_lease_that_ran_out_is_not_taken_over_by_other_arguments(store: im
     ));
 }
 
-pub async fn extending_a_lease_keeps_the_claim_from_being_taken_over(store: impl Durable) {
+pub async fn renewing_a_lease_keeps_the_claim_from_being_taken_over(store: impl Durable) {
     let key = refund_key(&fresh_run(), "1182");
     let holder = claimed(&store, request(&key, Duration::ZERO)).await;
     store
-        .extend(&holder, Duration::from_secs(60))
+        .renew(&holder, Duration::from_secs(60))
         .await
-        .expect("extend");
+        .expect("renew");
     let other = store
         .claim(request(&key, Duration::from_secs(30)))
         .await
         .expect("claim");
     assert!(
-        matches!(other, ClaimState::InFlight(_)),
-        "an extended claim must still be held: {other:?}"
+        matches!(other, ClaimAnswer::InFlight(_)),
+        "a renewed claim must still be held: {other:?}"
     );
     store
         .complete(&holder, finished("1"))
@@ -333,7 +333,7 @@ pub async fn a_replay_is_byte_identical_to_the_recorded_json(store: impl Durable
         .await
         .expect("claim")
     {
-        ClaimState::Completed(done) => {
+        ClaimAnswer::Completed(done) => {
             assert_eq!(done.ending, Ending::Ok);
             assert!(done.value.to_json().expect("json") == json.as_str());
         }
@@ -409,13 +409,13 @@ pub async fn a_purge_deletes_expired_records_in_batches_and_keeps_held_claims_an
         store
             .claim(request(&held_key, Duration::from_secs(30)))
             .await,
-        Ok(ClaimState::InFlight(_))
+        Ok(ClaimAnswer::InFlight(_))
     ));
     assert!(matches!(
         store
             .claim(request(&live_key, Duration::from_secs(30)))
             .await,
-        Ok(ClaimState::Completed(_))
+        Ok(ClaimAnswer::Completed(_))
     ));
     store
         .complete(&held, finished("3"))
@@ -564,7 +564,7 @@ macro_rules! durable_suite {
             a_fresh_claim_a_completion_and_a_replay_take_one_statement_each,
             a_claim_past_its_lease_is_taken_over_with_a_higher_fence_and_the_stale_holder_changes_nothing,
             a_lease_that_ran_out_is_not_taken_over_by_other_arguments,
-            extending_a_lease_keeps_the_claim_from_being_taken_over,
+            renewing_a_lease_keeps_the_claim_from_being_taken_over,
             leases_are_renewed_every_third_of_a_lease,
             the_guard_renews_the_lease_while_a_long_action_runs,
             a_replay_is_byte_identical_to_the_recorded_json,

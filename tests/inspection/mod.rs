@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use idempotent_tools::{
-    Claim, ClaimRequest, ClaimState, Ending, Finished, Forget, Key, RecordQuery, RecordState,
+    Claim, ClaimAnswer, ClaimRequest, Ending, Finished, Forget, Key, RecordQuery, RecordState,
     Recorded, Run, Store, StoreError, ToolId,
 };
 
@@ -35,7 +35,7 @@ fn request<'a>(key: &'a Key, tool: &'a ToolId) -> ClaimRequest<'a> {
 
 async fn claim(store: &dyn Store, key: &Key, tool: &ToolId) -> Claim {
     match store.claim(request(key, tool)).await.expect("claim") {
-        ClaimState::Claimed(claim) => claim,
+        ClaimAnswer::Claimed(claim) => claim,
         other => panic!("expected to hold the claim, got {other:?}"),
     }
 }

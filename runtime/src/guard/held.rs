@@ -29,10 +29,11 @@ use crate::fingerprint::Fingerprint;
 use crate::key::Key;
 use crate::observe;
 use crate::outcome::ConflictReason;
-use crate::record::{Ending, Finished, Recorded, ToolId};
+use crate::record::{Ending, Finished, Recorded};
 use crate::store::{
-    Claim, ClaimRequest, ClaimState, Store, StoreError, StoreFuture, StoreResult, Wait,
+    Claim, ClaimAnswer, ClaimRequest, Store, StoreError, StoreFuture, StoreResult, Wait,
 };
+use crate::tool::ToolId;
 
 /// The first pause before a store step is tried again.
 const RETRY_FIRST: Duration = Duration::from_millis(10);
@@ -112,18 +113,18 @@ pub(crate) fn claim<'a>(
 }
 
 impl Answer {
-    fn new(state: ClaimState, store: &Arc<dyn Store>, lease: Duration) -> Answer {
+    fn new(state: ClaimAnswer, store: &Arc<dyn Store>, lease: Duration) -> Answer {
         match state {
-            ClaimState::Claimed(claim) => Answer::Claimed(Held {
+            ClaimAnswer::Claimed(claim) => Answer::Claimed(Held {
                 store: Arc::clone(store),
                 claim,
                 lease,
                 armed: true,
                 renewal: None,
             }),
-            ClaimState::Completed(finished) => Answer::Completed(finished),
-            ClaimState::InFlight(wait) => Answer::InFlight(wait),
-            ClaimState::Conflict { reason, first } => Answer::Conflict { reason, first },
+            ClaimAnswer::Completed(finished) => Answer::Completed(finished),
+            ClaimAnswer::InFlight(wait) => Answer::InFlight(wait),
+            ClaimAnswer::Conflict { reason, first } => Answer::Conflict { reason, first },
         }
     }
 }
@@ -347,7 +348,7 @@ async fn renew(
     loop {
         tokio::time::sleep(every).await;
         let asked_at = Instant::now();
-        match store.extend(&claim, lease).await {
+        match store.renew(&claim, lease).await {
             Ok(()) => {
                 lease_end.set(asked_at + lease);
                 observe::lease_renewed();

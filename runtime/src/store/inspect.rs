@@ -9,7 +9,8 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use crate::key::Key;
-use crate::record::{Ending, Recorded, ToolId};
+use crate::record::{Ending, Recorded};
+use crate::tool::ToolId;
 
 /// The most records one page holds, whatever a query asks for.
 pub const MAX_PAGE: usize = 1000;

@@ -11,13 +11,14 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{
-    Claim, ClaimRequest, ClaimState, Forget, Record, RecordCount, RecordPage, RecordQuery,
+    Claim, ClaimAnswer, ClaimRequest, Forget, Record, RecordCount, RecordPage, RecordQuery,
     RecordState, Store, StoreError, StoreFuture, StoreResult, Wait,
 };
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
 use crate::outcome::ConflictReason;
-use crate::record::{Ending, Finished, ToolId};
+use crate::record::{Ending, Finished};
+use crate::tool::ToolId;
 
 /// Sweeps run after this many new claims at the least.
 const MIN_SWEEP_INTERVAL: usize = 1024;
@@ -144,11 +145,6 @@ impl MemoryStore {
         self.inner.slots.is_empty()
     }
 
-    /// Whether a key is claimed and its action still running.
-    pub fn is_held(&self, key: &Key) -> bool {
-        matches!(self.inner.slots.get(key).as_deref(), Some(Slot::Held(_)))
-    }
-
     /// Starts the sweeper if none is alive and a runtime is there to run it.
     fn ensure_sweeper(&self) {
         if self.inner.sweeping.load(Ordering::Relaxed) {
@@ -235,7 +231,7 @@ impl Inner {
 
     /// Answers a replay under the shard's read lock, so that concurrent
     /// repeats of a finished action do not queue behind each other.
-    fn replay_now(&self, req: &ClaimRequest<'_>) -> Option<ClaimState> {
+    fn replay_now(&self, req: &ClaimRequest<'_>) -> Option<ClaimAnswer> {
         let slot = self.slots.get(req.key)?;
         match &*slot {
             Slot::Done(done)
@@ -243,13 +239,13 @@ impl Inner {
                     && done.fingerprint == req.fingerprint
                     && done.expires_at > Instant::now() =>
             {
-                Some(ClaimState::Completed(done.finished.clone()))
+                Some(ClaimAnswer::Completed(done.finished.clone()))
             }
             _ => None,
         }
     }
 
-    fn claim_now(&self, req: &ClaimRequest<'_>) -> ClaimState {
+    fn claim_now(&self, req: &ClaimRequest<'_>) -> ClaimAnswer {
         if let Some(replay) = self.replay_now(req) {
             return replay;
         }
@@ -257,7 +253,7 @@ impl Inner {
             Entry::Vacant(vacant) => {
                 let (held, claim) = self.new_claim(req, 1);
                 vacant.insert(Slot::Held(held));
-                (ClaimState::Claimed(claim), true)
+                (ClaimAnswer::Claimed(claim), true)
             }
             Entry::Occupied(mut occupied) => {
                 let slot = occupied.get_mut();
@@ -265,26 +261,26 @@ impl Inner {
                     Slot::Done(done) if done.expires_at <= Instant::now() => {
                         let (held, claim) = self.new_claim(req, done.fence + 1);
                         *slot = Slot::Held(held);
-                        ClaimState::Claimed(claim)
+                        ClaimAnswer::Claimed(claim)
                     }
-                    Slot::Done(done) if done.tool != *req.tool => ClaimState::Conflict {
+                    Slot::Done(done) if done.tool != *req.tool => ClaimAnswer::Conflict {
                         reason: ConflictReason::OtherTool,
                         first: None,
                     },
                     Slot::Done(done) if done.fingerprint != req.fingerprint => {
-                        ClaimState::Conflict {
+                        ClaimAnswer::Conflict {
                             reason: ConflictReason::Arguments,
                             first: (done.finished.ending == Ending::Ok)
                                 .then(|| done.finished.value.clone()),
                         }
                     }
-                    Slot::Done(done) => ClaimState::Completed(done.finished.clone()),
-                    Slot::Held(held) if held.tool != *req.tool => ClaimState::Conflict {
+                    Slot::Done(done) => ClaimAnswer::Completed(done.finished.clone()),
+                    Slot::Held(held) if held.tool != *req.tool => ClaimAnswer::Conflict {
                         reason: ConflictReason::OtherTool,
                         first: None,
                     },
                     Slot::Held(held) if held.fingerprint != req.fingerprint => {
-                        ClaimState::Conflict {
+                        ClaimAnswer::Conflict {
                             reason: ConflictReason::Arguments,
                             first: None,
                         }
@@ -296,7 +292,7 @@ impl Inner {
                             .wake
                             .get_or_insert_with(|| watch::Sender::new(()))
                             .subscribe();
-                        ClaimState::InFlight(Wait::new(async move {
+                        ClaimAnswer::InFlight(Wait::new(async move {
                             let _ = woken.changed().await;
                         }))
                     }
@@ -439,9 +435,9 @@ impl Inner {
 }
 
 impl Store for MemoryStore {
-    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimState>> {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> {
         let state = self.inner.claim_now(&req);
-        if matches!(state, ClaimState::Claimed(_)) {
+        if matches!(state, ClaimAnswer::Claimed(_)) {
             self.ensure_sweeper();
         }
         StoreFuture::ready(Ok(state))
@@ -459,11 +455,7 @@ impl Store for MemoryStore {
         StoreFuture::ready(self.inner.release_now(claim))
     }
 
-    fn extend<'a>(
-        &'a self,
-        claim: &'a Claim,
-        _lease: Duration,
-    ) -> StoreFuture<'a, StoreResult<()>> {
+    fn renew<'a>(&'a self, claim: &'a Claim, _lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
         let current = matches!(
             self.inner.slots.get(&claim.key).as_deref(),
             Some(Slot::Held(held)) if held.owner == claim.owner && held.fence == claim.fence

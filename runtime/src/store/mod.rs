@@ -16,7 +16,8 @@ use arc_swap::ArcSwap;
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
 use crate::outcome::ConflictReason;
-use crate::record::{Finished, Recorded, ToolId};
+use crate::record::{Finished, Recorded};
+use crate::tool::ToolId;
 
 mod inspect;
 pub mod memory;
@@ -122,7 +123,7 @@ pub struct Claim {
 
 /// The answer to a claim.
 #[derive(Debug)]
-pub enum ClaimState {
+pub enum ClaimAnswer {
     /// The caller holds the claim and must act, then complete or release.
     Claimed(Claim),
     /// Another caller holds the claim with the same tool and arguments.
@@ -251,7 +252,7 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub trait Store: Send + Sync + 'static {
     /// Claims a key, atomically: the caller holds it, or learns who does,
     /// or gets the finished record, or a conflict.
-    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimState>>;
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>>;
 
     /// Records the finished action under a held claim and wakes waiters.
     fn complete<'a>(
@@ -264,8 +265,8 @@ pub trait Store: Send + Sync + 'static {
     /// wakes waiters.
     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>>;
 
-    /// Extends a held claim's lease, for actions longer than it.
-    fn extend<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>>;
+    /// Renews a held claim's lease, for actions longer than it.
+    fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>>;
 
     /// Removes finished records whose retention has passed. Returns how many
     /// were removed. Never removes a held claim.

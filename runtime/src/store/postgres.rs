@@ -18,11 +18,12 @@ use tokio_postgres::{AsyncMessage, Config, NoTls, Socket};
 use super::row::{self, Backoff, LEASE_MARGIN, Row, RowState, Verdict};
 use super::schema::{self, SCHEMA_VERSION};
 use super::{
-    Claim, ClaimRequest, ClaimState, Forget, Record, RecordCount, RecordPage, RecordQuery,
+    Claim, ClaimAnswer, ClaimRequest, Forget, Record, RecordCount, RecordPage, RecordQuery,
     RecordState, Store, StoreError, StoreFuture, StoreResult, Wait,
 };
 use crate::key::Key;
-use crate::record::{Finished, Recorded, ToolId};
+use crate::record::{Finished, Recorded};
+use crate::tool::ToolId;
 
 /// The deadpool-postgres crate this store is built on, to build a pool of
 /// the matching version for [`PostgresStore::from_pool`].
@@ -209,7 +210,7 @@ UPDATE idempotent_claims SET waiting = true
 WHERE key_digest = $1 AND state = 'held' AND owner = $2 AND fence = $3 AND lease_until > now()
 RETURNING GREATEST(0, CEIL(EXTRACT(EPOCH FROM (lease_until - now())) * 1000))::bigint";
 
-const EXTEND: &str = "\
+const RENEW: &str = "\
 UPDATE idempotent_claims
 SET lease_until = now() + $4::bigint * interval '1 millisecond',
     expires_at = now() + ($4::bigint + $5::bigint) * interval '1 millisecond'
@@ -294,7 +295,7 @@ fn statement_name(sql: &str) -> &'static str {
         (COMPLETE_ASYNC, "complete"),
         (MARK_WAITING, "mark-waiting"),
         (RELEASE, "release"),
-        (EXTEND, "extend"),
+        (RENEW, "renew"),
         (HELD_BY, "held-by"),
         (PURGE, "purge"),
         (FORGET, "forget"),
@@ -784,7 +785,7 @@ impl Inner {
         }
     }
 
-    async fn claim(self: &Arc<Self>, req: ClaimRequest<'_>) -> StoreResult<ClaimState> {
+    async fn claim(self: &Arc<Self>, req: ClaimRequest<'_>) -> StoreResult<ClaimAnswer> {
         let owner = row::new_owner()?;
         let digest = req.key.digest();
         // Subscribed before the statement: a completion after it is never
@@ -816,7 +817,7 @@ impl Inner {
             // snapshot. Run it again; the next snapshot sees it.
             let Some(found) = rows.first() else { continue };
             if found.try_get::<_, bool>("mine").map_err(corrupt)? {
-                return Ok(ClaimState::Claimed(Claim {
+                return Ok(ClaimAnswer::Claimed(Claim {
                     key: req.key.clone(),
                     owner,
                     fence: row::fence_from(found.try_get("fence").map_err(corrupt)?)?,
@@ -873,7 +874,7 @@ impl Inner {
                     owner,
                     fence,
                     lease_left,
-                } => Ok(ClaimState::InFlight(wait_on(
+                } => Ok(ClaimAnswer::InFlight(wait_on(
                     Arc::clone(self),
                     woken,
                     digest,
@@ -940,12 +941,12 @@ impl Inner {
         Ok(())
     }
 
-    async fn extend(&self, claim: &Claim, lease: Duration) -> StoreResult<()> {
+    async fn renew(&self, claim: &Claim, lease: Duration) -> StoreResult<()> {
         let digest = claim.key.digest();
         let owner = row::owner_bytes(claim.owner);
         let changed = self
             .execute(
-                EXTEND,
+                RENEW,
                 &[
                     &digest.as_slice(),
                     &owner.as_slice(),
@@ -1318,7 +1319,7 @@ where
 }
 
 impl Store for PostgresStore {
-    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimState>> {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> {
         StoreFuture::boxed(self.inner.claim(req))
     }
 
@@ -1334,8 +1335,8 @@ impl Store for PostgresStore {
         StoreFuture::boxed(self.inner.release(claim))
     }
 
-    fn extend<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
-        StoreFuture::boxed(self.inner.extend(claim, lease))
+    fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
+        StoreFuture::boxed(self.inner.renew(claim, lease))
     }
 
     fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {

@@ -8,7 +8,7 @@
 use std::time::UNIX_EPOCH;
 use std::time::{Duration, SystemTime};
 
-use super::{ClaimRequest, ClaimState, RecordState, StoreError, StoreResult};
+use super::{ClaimAnswer, ClaimRequest, RecordState, StoreError, StoreResult};
 use crate::outcome::ConflictReason;
 use crate::record::{Ending, Finished, Recorded};
 
@@ -127,7 +127,7 @@ pub(crate) enum RowState {
 /// What a row found by a claim means for the caller.
 pub(crate) enum Verdict {
     /// An answer the caller gets as it is: a replay or a conflict.
-    Answer(ClaimState),
+    Answer(ClaimAnswer),
     /// Another caller holds the claim for the same request: wait on it.
     InFlight {
         /// The holder.
@@ -153,7 +153,7 @@ pub(crate) fn judge(req: &ClaimRequest<'_>, row: Row) -> StoreResult<Verdict> {
     let same_tool = row.tool == req.tool.as_str();
     let same_args = row.fingerprint.as_slice() == req.fingerprint.as_bytes();
     match row.state {
-        _ if !same_tool => Ok(Verdict::Answer(ClaimState::Conflict {
+        _ if !same_tool => Ok(Verdict::Answer(ClaimAnswer::Conflict {
             reason: ConflictReason::OtherTool,
             first: None,
         })),
@@ -169,7 +169,7 @@ pub(crate) fn judge(req: &ClaimRequest<'_>, row: Row) -> StoreResult<Verdict> {
                     lease_left,
                 })
             } else {
-                Ok(Verdict::Answer(ClaimState::Conflict {
+                Ok(Verdict::Answer(ClaimAnswer::Conflict {
                     reason: ConflictReason::Arguments,
                     first: None,
                 }))
@@ -184,13 +184,13 @@ pub(crate) fn judge(req: &ClaimRequest<'_>, row: Row) -> StoreResult<Verdict> {
                 .ok_or_else(|| StoreError::Corrupt(format!("an unknown ending `{ending}`")))?;
             let value = Recorded::from_json(result);
             if same_args {
-                Ok(Verdict::Answer(ClaimState::Completed(Finished {
+                Ok(Verdict::Answer(ClaimAnswer::Completed(Finished {
                     ending,
                     value,
                     finished_at,
                 })))
             } else {
-                Ok(Verdict::Answer(ClaimState::Conflict {
+                Ok(Verdict::Answer(ClaimAnswer::Conflict {
                     reason: ConflictReason::Arguments,
                     first: (ending == Ending::Ok).then_some(value),
                 }))

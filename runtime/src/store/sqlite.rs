@@ -14,11 +14,12 @@ use tokio::sync::watch;
 use super::row::{self, Backoff, Row, RowState, Verdict};
 use super::schema::{self, SCHEMA_VERSION};
 use super::{
-    Claim, ClaimRequest, ClaimState, Forget, Record, RecordCount, RecordPage, RecordQuery,
+    Claim, ClaimAnswer, ClaimRequest, Forget, Record, RecordCount, RecordPage, RecordQuery,
     RecordState, Store, StoreError, StoreFuture, StoreResult, Wait,
 };
 use crate::key::Key;
-use crate::record::{Finished, Recorded, ToolId};
+use crate::record::{Finished, Recorded};
+use crate::tool::ToolId;
 
 /// The rusqlite crate this store is built on, for applications that want to
 /// look at the file themselves with a matching version.
@@ -125,7 +126,7 @@ const COMPLETE: &str = "UPDATE idempotent_claims \
 const RELEASE: &str = "DELETE FROM idempotent_claims \
      WHERE key_digest = ?1 AND state = 'held' AND owner = ?2 AND fence = ?3";
 
-const EXTEND: &str = "UPDATE idempotent_claims \
+const RENEW: &str = "UPDATE idempotent_claims \
      SET lease_until = ?4 + ?5, expires_at = ?4 + ?5 + ?6 \
      WHERE key_digest = ?1 AND state = 'held' AND owner = ?2 AND fence = ?3";
 
@@ -552,7 +553,7 @@ impl Inner {
             .map(|until| Duration::from_millis(until.abs_diff(now))))
     }
 
-    async fn claim(self: &Arc<Self>, req: ClaimRequest<'_>) -> StoreResult<ClaimState> {
+    async fn claim(self: &Arc<Self>, req: ClaimRequest<'_>) -> StoreResult<ClaimAnswer> {
         let owner = row::new_owner()?;
         // Subscribed before the statement, so a completion in this process
         // after it is never missed.
@@ -611,7 +612,7 @@ impl Inner {
         let holder = row::owner_from(&returned.owner)?;
         let fence = row::fence_from(returned.fence)?;
         if holder == owner {
-            return Ok(ClaimState::Claimed(Claim {
+            return Ok(ClaimAnswer::Claimed(Claim {
                 key: req.key.clone(),
                 owner,
                 fence,
@@ -649,7 +650,7 @@ impl Inner {
                 owner,
                 fence,
                 lease_left,
-            } => Ok(ClaimState::InFlight(wait_on(
+            } => Ok(ClaimAnswer::InFlight(wait_on(
                 Arc::clone(self),
                 settled,
                 digest,
@@ -713,14 +714,14 @@ impl Inner {
         Ok(())
     }
 
-    async fn extend(self: &Arc<Self>, claim: &Claim, lease: Duration) -> StoreResult<()> {
+    async fn renew(self: &Arc<Self>, claim: &Claim, lease: Duration) -> StoreResult<()> {
         let digest = claim.key.digest();
         let (owner, fence) = (claim.owner, claim.fence);
         let lease = row::millis(lease);
         let retention = row::millis(claim.retention);
         let changed = self
             .run(move |_, conn| {
-                conn.prepare_cached(EXTEND)?.execute(params![
+                conn.prepare_cached(RENEW)?.execute(params![
                     digest.as_slice(),
                     row::owner_bytes(owner).as_slice(),
                     row::fence_to(fence),
@@ -949,7 +950,7 @@ fn wait_on(
 }
 
 impl Store for SqliteStore {
-    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimState>> {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> {
         StoreFuture::boxed(self.inner.claim(req))
     }
 
@@ -965,8 +966,8 @@ impl Store for SqliteStore {
         StoreFuture::boxed(self.inner.release(claim))
     }
 
-    fn extend<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
-        StoreFuture::boxed(self.inner.extend(claim, lease))
+    fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
+        StoreFuture::boxed(self.inner.renew(claim, lease))
     }
 
     fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
