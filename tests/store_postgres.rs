@@ -23,8 +23,8 @@ use std::time::{Duration, Instant, SystemTime};
 use adversarial::{Provider, fresh_run, refund_call, refund_key, refunds, usd};
 use durable::{Durable, TOOL, claimed, finished, in_flight, request};
 use idempotent_tools::store::PostgresStore;
-use idempotent_tools::store::postgres::deadpool_postgres;
 use idempotent_tools::store::postgres::tokio_postgres::{self, Config, NoTls};
+use idempotent_tools::store::postgres::{PostgresStoreBuilder, deadpool_postgres};
 use idempotent_tools::{
     ClaimAnswer, ClaimRequest, ConflictReason, Error, Key, Store, StoreError, ToolId,
 };
@@ -93,7 +93,16 @@ impl Schema {
 
     /// A store of its own (its own pool and listener) in this schema, migrated.
     async fn store(&self) -> PostgresStore {
-        let store = PostgresStore::from_config(self.config()).expect("a store");
+        self.store_with(|builder| builder).await
+    }
+
+    /// A store of its own in this schema, set up as `set_up` says, migrated.
+    async fn store_with(
+        &self,
+        set_up: impl FnOnce(PostgresStoreBuilder) -> PostgresStoreBuilder,
+    ) -> PostgresStore {
+        let builder = PostgresStoreBuilder::from_config(self.config());
+        let store = set_up(builder).connect_lazy().expect("a store");
         store.migrate().await.expect("migrate");
         store
     }
@@ -133,10 +142,10 @@ impl Durable for PostgresStore {
 /// if given.
 async fn in_schema(purge_batch: Option<usize>) -> Option<InSchema> {
     let schema = Schema::new().await?;
-    let mut store = schema.store().await;
-    if let Some(rows) = purge_batch {
-        store = store.purge_batch(rows);
-    }
+    let store = match purge_batch {
+        Some(rows) => schema.store_with(|b| b.purge_batch(rows)).await,
+        None => schema.store().await,
+    };
     Some(InSchema {
         store,
         place: schema,
@@ -266,7 +275,10 @@ async fn a_claim_a_completion_a_replay_and_a_wait_take_one_round_trip_each() {
         .max_size(1)
         .build()
         .expect("pool");
-    let store = PostgresStore::from_pool(pool).listen_with(direct, NoTls);
+    let store = PostgresStoreBuilder::from_pool(pool)
+        .listen_with(direct, NoTls)
+        .connect_lazy()
+        .expect("a store");
     assert!(store.listening().await);
 
     // Warm up: statements are prepared once per connection.
@@ -553,7 +565,9 @@ async fn asynchronous_completions_record_and_replay_like_synchronous_ones() {
     let Some(schema) = Schema::new().await else {
         return;
     };
-    let store = schema.store().await.asynchronous_completions(true);
+    let store = schema
+        .store_with(|b| b.asynchronous_completions(true))
+        .await;
     let key = refund_key(&fresh_run(), "1182");
     let claim = claimed(&store, request(&key, Duration::from_secs(30))).await;
     store
@@ -575,7 +589,9 @@ async fn a_waiter_outlives_its_listening_connection_being_killed() {
     let name = unique_schema();
     let mut config = schema.config();
     config.application_name(&name);
-    let waiter_store = PostgresStore::from_config(config).expect("store");
+    let waiter_store = PostgresStoreBuilder::from_config(config)
+        .connect_lazy()
+        .expect("store");
     assert!(waiter_store.listening().await);
     let key = refund_key(&fresh_run(), "1182");
     let claim = claimed(&holder_store, request(&key, Duration::from_secs(30))).await;
@@ -624,7 +640,9 @@ async fn a_store_on_an_applications_pool_without_a_listener_polls_and_still_repl
             .build()
             .expect("pool");
     let holder_store = schema.store().await;
-    let polling = PostgresStore::from_pool(pool);
+    let polling = PostgresStoreBuilder::from_pool(pool)
+        .connect_lazy()
+        .expect("a store");
     assert!(!polling.listening().await, "no listener was given");
     let key = refund_key(&fresh_run(), "1182");
     let claim = claimed(&holder_store, request(&key, Duration::from_secs(30))).await;
@@ -657,7 +675,11 @@ async fn a_server_that_is_down_is_unavailable_and_nothing_runs() {
         matches!(connected, Err(StoreError::Unavailable(_))),
         "{connected:?}"
     );
-    let store: Arc<dyn Store> = Arc::new(PostgresStore::connect_lazy(down).expect("a lazy store"));
+    let store: Arc<dyn Store> = Arc::new(
+        PostgresStore::builder(down)
+            .connect_lazy()
+            .expect("a lazy store"),
+    );
     let provider = Provider::default();
     durable::refused_as_unavailable(&store, &fresh_run(), &provider).await;
 }
@@ -666,8 +688,11 @@ async fn a_missing_schema_says_to_migrate_and_nothing_runs() {
     let Some(schema) = Schema::new().await else {
         return;
     };
-    let store: Arc<dyn Store> =
-        Arc::new(PostgresStore::from_config(schema.config()).expect("store"));
+    let store: Arc<dyn Store> = Arc::new(
+        PostgresStoreBuilder::from_config(schema.config())
+            .connect_lazy()
+            .expect("store"),
+    );
     let provider = Provider::default();
     let refused = refund_call(&store, &fresh_run(), "1182", 42)
         .run(refunds(&provider, 42))
@@ -709,7 +734,9 @@ async fn a_version_1_schema_is_upgraded_in_place_and_keeps_its_records() {
     }
     downgrade_to_version_1(&schema).await;
 
-    let store = PostgresStore::from_config(schema.config()).expect("store");
+    let store = PostgresStoreBuilder::from_config(schema.config())
+        .connect_lazy()
+        .expect("store");
     assert_eq!(store.schema_version().await.expect("version"), 1);
     store.migrate().await.expect("upgrade");
     assert_eq!(
@@ -736,7 +763,9 @@ async fn a_version_1_schema_is_upgraded_in_place_and_keeps_its_records() {
 
     // check_schema upgrades in place too, without creating anything new.
     downgrade_to_version_1(&schema).await;
-    let checked = PostgresStore::from_config(schema.config()).expect("store");
+    let checked = PostgresStoreBuilder::from_config(schema.config())
+        .connect_lazy()
+        .expect("store");
     checked.check_schema().await.expect("upgrade by check");
     assert_eq!(
         checked.schema_version().await.expect("version"),
@@ -787,7 +816,9 @@ async fn a_schema_missing_is_not_created_by_check_schema() {
     let Some(schema) = Schema::new().await else {
         return;
     };
-    let store = PostgresStore::from_config(schema.config()).expect("store");
+    let store = PostgresStoreBuilder::from_config(schema.config())
+        .connect_lazy()
+        .expect("store");
     let err = store.check_schema().await.expect_err("no schema");
     assert!(matches!(err, StoreError::MissingSchema), "{err:?}");
     assert_eq!(store.schema_version().await.expect("version"), 0);
@@ -799,7 +830,9 @@ async fn migrating_from_several_processes_at_once_succeeds() {
     };
     let mut migrations = Vec::new();
     for _ in 0..4 {
-        let store = PostgresStore::from_config(schema.config()).expect("store");
+        let store = PostgresStoreBuilder::from_config(schema.config())
+            .connect_lazy()
+            .expect("store");
         migrations.push(tokio::spawn(async move { store.migrate().await }));
     }
     for migration in migrations {
@@ -827,7 +860,9 @@ fn child_process(role: &str) {
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        let store = PostgresStore::from_config(config_in(&url, &schema)).expect("store");
+        let store = PostgresStoreBuilder::from_config(config_in(&url, &schema))
+            .connect_lazy()
+            .expect("store");
         assert!(store.listening().await, "the child listens for completions");
         multiprocess::play(role, Arc::new(store)).await;
     });
@@ -982,7 +1017,11 @@ async fn a_server_error_names_the_statement_its_sqlstate_and_the_servers_message
 
 async fn an_unreachable_server_prints_each_cause_once() {
     let down = "postgres://postgres@127.0.0.1:1/test";
-    let store: Arc<dyn Store> = Arc::new(PostgresStore::connect_lazy(down).expect("a lazy store"));
+    let store: Arc<dyn Store> = Arc::new(
+        PostgresStore::builder(down)
+            .connect_lazy()
+            .expect("a lazy store"),
+    );
     let provider = Provider::default();
     let err = refund_call(&store, &fresh_run(), "1182", 42)
         .run(refunds(&provider, 42))

@@ -395,9 +395,12 @@ fn main() {
 
     // The same schema, with completions committed without a flush.
     let unflushed = rt
-        .block_on(PostgresStore::connect(&bench_url(&base)))
-        .unwrap_or_else(|e| panic!("cannot connect: {e}"))
-        .asynchronous_completions(true);
+        .block_on(
+            PostgresStore::builder(&bench_url(&base))
+                .asynchronous_completions(true)
+                .connect(),
+        )
+        .unwrap_or_else(|e| panic!("cannot connect: {e}"));
     let unflushed = Arc::new(unflushed);
 
     latency(&mut c, &rt, &store);

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use idempotent_tools::store::postgres::PostgresStoreBuilder;
 use idempotent_tools::store::postgres::deadpool_postgres::{Manager, Pool, Runtime};
 use idempotent_tools::store::postgres::tokio_postgres::{Config, NoTls};
 use idempotent_tools::store::{PostgresStore, SqliteStore};
@@ -82,7 +83,12 @@ impl Target {
                         store: redact(url),
                         source: StoreError::Backend(Box::new(e)),
                     })?;
-                let store = PostgresStore::from_pool(pool);
+                let store = PostgresStoreBuilder::from_pool(pool)
+                    .connect_lazy()
+                    .map_err(|source| CliError::Open {
+                        store: redact(url),
+                        source,
+                    })?;
                 store
                     .check_schema()
                     .await

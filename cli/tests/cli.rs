@@ -504,7 +504,9 @@ impl Schema {
     }
 
     async fn store(&self) -> PostgresStore {
-        let store = PostgresStore::connect_lazy(&self.url()).expect("a store");
+        let store = PostgresStore::builder(&self.url())
+            .connect_lazy()
+            .expect("a store");
         store.migrate().await.expect("migrate");
         store
     }

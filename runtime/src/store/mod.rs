@@ -19,13 +19,13 @@ use crate::outcome::ConflictReason;
 use crate::record::{Finished, Recorded};
 use crate::tool::ToolId;
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod durable;
 mod inspect;
 pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod purger;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod row;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod schema;
 #[cfg(feature = "sqlite")]

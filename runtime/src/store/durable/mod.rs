@@ -1,0 +1,198 @@
+//! The shared core of the durable stores (SQLite, Postgres, and any store
+//! that keeps claims on a server or in a file).
+//!
+//! A durable store is a [`Backend`] (one method per step, each one atomic
+//! in the database) behind a public type that names it through
+//! [`Durable`]. Everything the steps have in common lives here once:
+//!
+//! - [`forward`]: the single `impl Store` for every durable store. It draws
+//!   the owner token, judges a row someone else holds or finished
+//!   ([`verdict`]), checks that a completion, release or renewal changed a
+//!   row still held by its [`Holder`] (or reports
+//!   [`StoreError::LeaseLost`](crate::StoreError::LeaseLost)), refuses a
+//!   result that does not store as JSON before any I/O, loops purges in
+//!   batches, and checks what an operator reads.
+//! - [`encode`]: time as milliseconds, owner tokens as 16 bytes, fences as
+//!   signed integers, states as text.
+//! - [`wait`]: the poll-with-backoff wait until a holder lets go.
+//!
+//! # Plugging a new store in
+//!
+//! 1. Write its state as a type that implements [`Backend`]: `claim`
+//!    returns [`Found::Mine`] when the caller now holds the key, or the
+//!    [`Row`] it found; `complete`, `release` and `renew` return how many
+//!    rows they changed where the owner and fence matched (the forwarding
+//!    turns zero into `LeaseLost`); `held_by` answers the waiter's look;
+//!    `subscribe` and `wait` give waiters the store's wake-up (or just
+//!    [`wait::until_let_go`] with no wake-up (`None`)).
+//! 2. Give the public type a field `Arc<TheBackend>` and implement
+//!    [`Durable`] for it: it then is a [`Store`](crate::Store).
+//! 3. Run the durable test suite against it.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::key::Key;
+use crate::store::{Claim, ClaimRequest, Record, RecordCount, RecordQuery, StoreResult, Wait};
+
+pub(crate) mod encode;
+mod forward;
+pub(crate) mod verdict;
+pub(crate) mod wait;
+
+pub(crate) use verdict::{Found, Row, RowState};
+
+/// Who holds a claim, as the durable stores check it: the key's digest, the
+/// owner token and the fence. A step changes a row only where all three
+/// match, so a holder whose claim was taken over changes nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct Holder {
+    /// The key's digest, the row's primary key.
+    pub digest: [u8; 32],
+    /// The owner token.
+    pub owner: u128,
+    /// The fence.
+    pub fence: u64,
+}
+
+impl Holder {
+    /// The holder of a claim this caller holds.
+    pub(crate) fn of(claim: &Claim) -> Holder {
+        Holder {
+            digest: claim.key.digest(),
+            owner: claim.owner,
+            fence: claim.fence,
+        }
+    }
+
+    /// The owner token as stored.
+    pub(crate) fn owner_bytes(&self) -> [u8; 16] {
+        encode::owner_bytes(self.owner)
+    }
+
+    /// The fence as stored.
+    pub(crate) fn fence_column(&self) -> i64 {
+        encode::fence_to(self.fence)
+    }
+}
+
+/// A completion as a backend writes it: the result already checked to
+/// store as JSON.
+pub struct Completion {
+    /// The ending, as [`Ending::as_str`](crate::record::Ending::as_str).
+    pub ending: &'static str,
+    /// The result as JSON text.
+    pub json: String,
+    /// When the action finished.
+    pub finished_at: SystemTime,
+    /// How long the record is kept.
+    pub retention: Duration,
+}
+
+/// What a forget did: removed a row, or left a live claim in place.
+pub struct Forgotten {
+    /// Whether a row was removed.
+    pub removed: bool,
+    /// Whether a claim whose lease is live is left under the key.
+    pub live: bool,
+}
+
+/// One durable store's steps, each atomic in its database.
+///
+/// The trait is public in name only: this module is private, so no one
+/// outside the crate can name it, and `impl Store` for a user's own type
+/// never meets it.
+pub trait Backend: Send + Sync + Sized + 'static {
+    /// The store's kind as traces and metrics name it.
+    const KIND: &'static str;
+
+    /// What a waiter holds from before the claim statement so that a
+    /// completion after it is never missed.
+    type Subscription: Send + 'static;
+
+    /// Subscribes to wake-ups for a key, before the claim statement.
+    fn subscribe(&self, digest: [u8; 32]) -> Self::Subscription;
+
+    /// Claims a key for `owner`, or returns the row found.
+    fn claim<'a>(
+        &'a self,
+        req: &'a ClaimRequest<'a>,
+        owner: u128,
+    ) -> impl Future<Output = StoreResult<Found>> + Send + 'a;
+
+    /// Waits on a claim held by `holder` until it may have changed.
+    fn wait(
+        self: Arc<Self>,
+        subscription: Self::Subscription,
+        holder: Holder,
+        lease_left: Duration,
+    ) -> Wait;
+
+    /// The lease left on a claim if `holder` still holds it.
+    fn held_by<'a>(
+        &'a self,
+        holder: &'a Holder,
+    ) -> impl Future<Output = StoreResult<Option<Duration>>> + Send + 'a;
+
+    /// Completes the claim `holder` holds (or already completed); returns
+    /// the rows changed.
+    fn complete(
+        &self,
+        holder: Holder,
+        done: Completion,
+    ) -> impl Future<Output = StoreResult<u64>> + Send + '_;
+
+    /// Deletes the claim `holder` holds; returns the rows changed.
+    fn release(&self, holder: Holder) -> impl Future<Output = StoreResult<u64>> + Send + '_;
+
+    /// Renews the lease of the claim `holder` holds; returns the rows
+    /// changed.
+    fn renew(
+        &self,
+        holder: Holder,
+        lease: Duration,
+        retention: Duration,
+    ) -> impl Future<Output = StoreResult<u64>> + Send + '_;
+
+    /// The most rows one purge statement deletes.
+    fn purge_batch(&self) -> usize;
+
+    /// Deletes up to [`Backend::purge_batch`] expired rows; returns how
+    /// many.
+    fn purge_some(&self) -> impl Future<Output = StoreResult<u64>> + Send + '_;
+
+    /// Removes a finished record or an expired claim, or anything if
+    /// `force`.
+    fn forget(
+        &self,
+        digest: [u8; 32],
+        force: bool,
+    ) -> impl Future<Output = StoreResult<Forgotten>> + Send + '_;
+
+    /// Up to `limit` records matching `query`, in key order.
+    fn list<'a>(
+        &'a self,
+        query: &'a RecordQuery,
+        limit: i64,
+    ) -> impl Future<Output = StoreResult<Vec<Record>>> + Send + 'a;
+
+    /// The record under a key's digest, if any.
+    fn inspect<'a>(
+        &'a self,
+        key: &'a Key,
+    ) -> impl Future<Output = StoreResult<Option<Record>>> + Send + 'a;
+
+    /// Records counted by tool and state, in any order.
+    fn count(&self) -> impl Future<Output = StoreResult<Vec<RecordCount>>> + Send + '_;
+}
+
+/// A public store type over a [`Backend`]: implementing it makes the type
+/// a [`Store`](crate::Store), through the one forwarding in [`forward`].
+pub trait Durable: Send + Sync + 'static {
+    /// The steps.
+    type Backend: Backend;
+
+    /// The store's state.
+    fn backend(&self) -> &Arc<Self::Backend>;
+}

@@ -1,0 +1,270 @@
+//! Setting a Postgres store up: where its connections come from, whether
+//! and how it listens for completions, and its settings.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, Pool, Runtime};
+use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
+use tokio_postgres::{Config, NoTls, Socket};
+
+use super::error::pool_error;
+use super::listener::{Listener, SessionFn, listen};
+use super::steps::Inner;
+use super::{DEFAULT_PURGE_BATCH, LISTENER_NAME, PostgresStore};
+use crate::store::{StoreError, StoreResult};
+
+/// How a [`PostgresStore`] is set up; every setting has a default. Start
+/// from a URL ([`PostgresStore::builder`]), a tokio-postgres `Config`
+/// ([`PostgresStoreBuilder::from_config`]) or the application's own pool
+/// ([`PostgresStoreBuilder::from_pool`]); finish with
+/// [`connect`](PostgresStoreBuilder::connect) or
+/// [`connect_lazy`](PostgresStoreBuilder::connect_lazy).
+///
+/// A store from a URL or a `Config` has its own pool of up to 16
+/// connections, without TLS, and one more connection that listens for
+/// completions. A store on the application's pool listens only when told
+/// how to connect ([`listen_with`](PostgresStoreBuilder::listen_with)): a
+/// pool's connections cannot receive notifications. Without a listener, a
+/// duplicate waiting on a claim held elsewhere polls (from 5 ms, doubling
+/// up to 250 ms) instead of being woken; everything else is the same.
+///
+/// ```no_run
+/// use idempotent_tools::store::postgres::{PostgresStoreBuilder, deadpool_postgres, tokio_postgres};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let url = "postgres://app@db.internal/app";
+/// let config: tokio_postgres::Config = url.parse()?;
+/// let manager = deadpool_postgres::Manager::new(config.clone(), tokio_postgres::NoTls);
+/// let pool = deadpool_postgres::Pool::builder(manager).max_size(8).build()?;
+/// let store = PostgresStoreBuilder::from_pool(pool)
+///     .listen_with(config, tokio_postgres::NoTls)
+///     .purge_batch(500)
+///     .connect()
+///     .await?;
+/// store.migrate().await?;
+/// assert!(store.listening().await);
+/// # Ok(()) }
+/// ```
+#[must_use = "a builder does nothing until `.connect()` or `.connect_lazy()`"]
+pub struct PostgresStoreBuilder {
+    source: Source,
+    listen: Listen,
+    purge_batch: usize,
+    asynchronous_completions: bool,
+}
+
+/// Where the store's connections come from.
+enum Source {
+    Url(String),
+    Config(Box<Config>),
+    Pool(Pool),
+}
+
+/// Whether and how the store listens for completions.
+enum Listen {
+    /// On the store's own config, without TLS; none on a given pool.
+    Own,
+    /// Never: waiters poll.
+    Off,
+    /// On a connection made as the application said.
+    With(SessionFn),
+}
+
+impl PostgresStoreBuilder {
+    pub(super) fn from_url(url: &str) -> PostgresStoreBuilder {
+        PostgresStoreBuilder::new(Source::Url(url.to_owned()))
+    }
+
+    /// A store with its own pool from a tokio-postgres `Config`, without
+    /// TLS.
+    pub fn from_config(config: Config) -> PostgresStoreBuilder {
+        PostgresStoreBuilder::new(Source::Config(Box::new(config)))
+    }
+
+    /// A store on the application's own pool; it listens for completions
+    /// only with [`listen_with`](PostgresStoreBuilder::listen_with).
+    pub fn from_pool(pool: Pool) -> PostgresStoreBuilder {
+        PostgresStoreBuilder::new(Source::Pool(pool))
+    }
+
+    fn new(source: Source) -> PostgresStoreBuilder {
+        PostgresStoreBuilder {
+            source,
+            listen: Listen::Own,
+            purge_batch: DEFAULT_PURGE_BATCH,
+            asynchronous_completions: false,
+        }
+    }
+
+    /// Wakes waiters through `LISTEN` on one extra connection made from
+    /// `config` with `tls`, which must reach the same database as the pool:
+    /// for TLS, or for a store on the application's pool.
+    pub fn listen_with<T>(mut self, config: Config, tls: T) -> PostgresStoreBuilder
+    where
+        T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
+        T::Stream: Send + 'static,
+        T::TlsConnect: Send,
+        <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+    {
+        self.listen = Listen::With(session(config, tls));
+        self
+    }
+
+    /// Never listens: a waiter on a claim held elsewhere polls. For tools
+    /// that never wait on a claim, and keep one connection fewer.
+    pub fn without_listener(mut self) -> PostgresStoreBuilder {
+        self.listen = Listen::Off;
+        self
+    }
+
+    /// How many rows one purge statement deletes at most (default
+    /// [`DEFAULT_PURGE_BATCH`]), so a large purge never holds many row locks
+    /// for long.
+    pub fn purge_batch(mut self, rows: usize) -> PostgresStoreBuilder {
+        self.purge_batch = rows.max(1);
+        self
+    }
+
+    /// Commits completions without waiting for the server to flush them to
+    /// disk (`synchronous_commit = off` for that one transaction; claims,
+    /// releases and renewals stay synchronous). Off by default.
+    ///
+    /// A completion then costs about what a claim costs, so a fresh call
+    /// commits at nearly one insert's rate instead of two. The trade-off: if
+    /// the database server crashes (not merely the application) within a
+    /// fraction of a second of a completion, that completion may be lost,
+    /// while the action's claim stays. The key then reads as a claim whose
+    /// holder vanished after acting, the same case as a holder that crashed
+    /// between its action and its completion: once the lease runs out, the
+    /// next caller takes it over and the [`Takeover`](crate::Takeover)
+    /// policy decides whether the action runs again or the outcome is
+    /// reported unknown. The result itself is never lost to a caller that
+    /// saw it: the committing call returned it.
+    ///
+    /// ```no_run
+    /// # use idempotent_tools::store::PostgresStore;
+    /// # async fn demo() -> Result<(), idempotent_tools::StoreError> {
+    /// let store = PostgresStore::builder("postgres://app@db.internal/app")
+    ///     .asynchronous_completions(true)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn asynchronous_completions(mut self, on: bool) -> PostgresStoreBuilder {
+        self.asynchronous_completions = on;
+        self
+    }
+
+    /// Builds the store and checks that the server answers, and starts
+    /// listening for completions.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] if the server cannot be reached, and
+    /// [`StoreError::Backend`] if the URL does not parse or the server
+    /// refuses the connection.
+    pub async fn connect(self) -> StoreResult<PostgresStore> {
+        let store = self.connect_lazy()?;
+        let client = store.inner.pool.get().await.map_err(pool_error)?;
+        drop(client);
+        if let Some(listener) = &store.inner.listener {
+            listener.ensure();
+        }
+        Ok(store)
+    }
+
+    /// Builds the store without connecting: nothing is checked until a
+    /// call claims a key.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Backend`] if the URL does not parse or the pool cannot
+    /// be built.
+    pub fn connect_lazy(self) -> StoreResult<PostgresStore> {
+        let (pool, config) = match self.source {
+            Source::Url(url) => {
+                let config: Config = url
+                    .parse()
+                    .map_err(|e: tokio_postgres::Error| StoreError::Backend(Box::new(e)))?;
+                own_pool(config)?
+            }
+            Source::Config(config) => own_pool(*config)?,
+            Source::Pool(pool) => (pool, None),
+        };
+        let session = match self.listen {
+            Listen::Own => config.map(|config| session(config, NoTls)),
+            Listen::Off => None,
+            Listen::With(session) => Some(session),
+        };
+        Ok(PostgresStore {
+            inner: Arc::new(Inner {
+                pool,
+                listener: session.map(Listener::new),
+                statements: AtomicU64::new(0),
+                purge_batch: self.purge_batch,
+                asynchronous_completions: self.asynchronous_completions,
+            }),
+        })
+    }
+}
+
+impl fmt::Debug for PostgresStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let source = match &self.source {
+            Source::Url(_) => "url",
+            Source::Config(_) => "config",
+            Source::Pool(_) => "pool",
+        };
+        let listen = match &self.listen {
+            Listen::Own => "own",
+            Listen::Off => "off",
+            Listen::With(_) => "with",
+        };
+        f.debug_struct("PostgresStoreBuilder")
+            .field("source", &source)
+            .field("listen", &listen)
+            .field("purge_batch", &self.purge_batch)
+            .field("asynchronous_completions", &self.asynchronous_completions)
+            .finish()
+    }
+}
+
+fn with_timeouts(mut config: Config) -> Config {
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(5));
+    }
+    config
+}
+
+/// A pool of the store's own, and the config its listener connects with.
+fn own_pool(config: Config) -> StoreResult<(Pool, Option<Config>)> {
+    let config = with_timeouts(config);
+    let pool = Pool::builder(Manager::new(config.clone(), NoTls))
+        .max_size(16)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(Duration::from_secs(10)))
+        .create_timeout(Some(Duration::from_secs(5)))
+        .build()
+        .map_err(|e| StoreError::Backend(Box::new(e)))?;
+    Ok((pool, Some(config)))
+}
+
+/// A listening session on a connection made from `config` with `tls`.
+fn session<T>(config: Config, tls: T) -> SessionFn
+where
+    T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
+    T::Stream: Send + 'static,
+    T::TlsConnect: Send,
+    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+{
+    let mut config = with_timeouts(config);
+    if config.get_application_name().is_none() {
+        // So that a DBA can tell the listening connection apart.
+        config.application_name(LISTENER_NAME);
+    }
+    Box::new(move |listener, stop| Box::pin(listen(listener, stop, config.clone(), tls.clone())))
+}

@@ -1,0 +1,77 @@
+//! Postgres's errors, sorted by what the guard may do about them, each
+//! naming the statement that failed and the server's SQLSTATE.
+
+use deadpool_postgres::PoolError;
+use tokio_postgres::error::SqlState;
+
+use crate::store::StoreError;
+
+/// The table is missing: the schema was never applied.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the table `idempotent_claims` does not exist in this database (or not on the search_path): \
+     call `PostgresStore::migrate()` once at start-up, or have a DBA apply `POSTGRES_SCHEMA`"
+)]
+struct MissingSchema(#[source] tokio_postgres::Error);
+
+/// A statement that failed: which, and the server's SQLSTATE when it
+/// answered.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the `{statement}` statement failed{}",
+    sqlstate.as_deref().map(|code| format!(" with SQLSTATE {code}")).unwrap_or_default()
+)]
+struct StatementFailed {
+    statement: &'static str,
+    sqlstate: Option<String>,
+    #[source]
+    source: tokio_postgres::Error,
+}
+
+/// A row that does not read as the schema says.
+pub(super) fn corrupt(err: tokio_postgres::Error) -> StoreError {
+    StoreError::Corrupt(format!("a claim row could not be read: {err}"))
+}
+
+/// Sorts errors into "unreachable" (the action must not run, and a retry
+/// later may work) and everything else, naming the statement that failed and
+/// the server's SQLSTATE; the server's own message is the source.
+pub(super) fn pg_error(
+    statement: &'static str,
+) -> impl Fn(tokio_postgres::Error) -> StoreError + Copy {
+    move |err| {
+        let Some(db) = err.as_db_error() else {
+            // I/O, a closed connection, a timeout: the server was not reached.
+            return StoreError::Unavailable(Box::new(StatementFailed {
+                statement,
+                sqlstate: None,
+                source: err,
+            }));
+        };
+        let code = db.code().clone();
+        let class = code.code().get(..2).unwrap_or_default().to_owned();
+        if code == SqlState::UNDEFINED_TABLE {
+            return StoreError::Backend(Box::new(MissingSchema(err)));
+        }
+        let failed = Box::new(StatementFailed {
+            statement,
+            sqlstate: Some(code.code().to_owned()),
+            source: err,
+        });
+        if matches!(class.as_str(), "08" | "53" | "57") {
+            // Connection exceptions, insufficient resources, operator
+            // intervention (a shutdown, a cancelled statement).
+            StoreError::Unavailable(failed)
+        } else {
+            StoreError::Backend(failed)
+        }
+    }
+}
+
+/// A pooled connection that could not be had.
+pub(super) fn pool_error(err: PoolError) -> StoreError {
+    match err {
+        PoolError::Backend(err) => pg_error("connect")(err),
+        other => StoreError::Unavailable(Box::new(other)),
+    }
+}

@@ -1,0 +1,165 @@
+//! The Postgres store: durable claims shared by processes on several hosts.
+//!
+//! - `builder`: where connections come from, listening, settings;
+//! - `schema`: the schema's versions and migration;
+//! - `sql`: the statements, as SQL;
+//! - `steps`: each step of a claim, one statement each;
+//! - `rows`: reading rows back;
+//! - `wait` and `listener`: waking waiters through `LISTEN`, or polling;
+//! - `error`: errors sorted, naming statement and SQLSTATE.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+
+mod builder;
+mod error;
+mod listener;
+mod rows;
+mod schema;
+mod sql;
+mod steps;
+mod wait;
+
+pub use builder::PostgresStoreBuilder;
+pub use schema::POSTGRES_SCHEMA;
+
+use super::StoreResult;
+use super::durable::Durable;
+#[cfg(doc)]
+use super::{StoreError, schema::SCHEMA_VERSION};
+
+/// The deadpool-postgres crate this store is built on, to build a pool of
+/// the matching version for [`PostgresStoreBuilder::from_pool`].
+pub use deadpool_postgres;
+/// The tokio-postgres crate this store is built on.
+pub use tokio_postgres;
+
+/// The channel completions and releases notify, with the key digest in hex,
+/// when a waiter has marked the key's row. The store binds it into its
+/// statements and listens on it.
+pub const NOTIFY_CHANNEL: &str = "idempotent_claims";
+
+/// The `application_name` of the listening connection, unless its config
+/// names one.
+pub const LISTENER_NAME: &str = "idempotent listener";
+
+/// How many rows one purge statement deletes at most.
+pub const DEFAULT_PURGE_BATCH: usize = 1000;
+
+/// The most a waiter sleeps before it looks at the claim again even though
+/// no notification came: a bound on how long a lost notification (say, the
+/// listening connection dropped) can delay it.
+pub const RECHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// Claims and records in Postgres, for processes on several hosts.
+///
+/// - **Set-up.** [`PostgresStore::connect`] with a URL, or a
+///   [`PostgresStoreBuilder`] for the application's own deadpool-postgres
+///   pool, TLS, or other settings. The schema is created by an explicit
+///   [`PostgresStore::migrate`], or by a DBA from [`POSTGRES_SCHEMA`].
+/// - **One round trip per step.** A claim is one statement: a CTE that
+///   reads the key's row, takes it over if it may, or inserts with `ON
+///   CONFLICT DO NOTHING`, and returns what it did or found. A fresh claim,
+///   a replay, a conflict and finding a claim in flight each take one round
+///   trip; a replay writes nothing. A claim that loses the race for a
+///   brand-new key to a concurrent insert takes one more. Completion,
+///   release and renewal take one each. Statements are prepared once per
+///   pooled connection.
+/// - **Leases and fences.** A claim carries a random owner token, a fence
+///   and a lease measured by the database's clock. The guard renews the
+///   lease while the action runs; if the holder's process or host dies, the
+///   lease runs out and the next caller takes the claim over, bumping the
+///   fence. The dead holder's completion, should it ever come, changes
+///   nothing and gets [`StoreError::LeaseLost`].
+/// - **Waiting.** The store keeps one connection that `LISTEN`s on the
+///   [`NOTIFY_CHANNEL`] and wakes the waiters of a key. A waiter subscribes
+///   before its claim statement runs, then marks the held row; completions
+///   and releases `NOTIFY` only a marked row, so calls nobody waits for
+///   commit without the notification queue's database-wide lock. A
+///   completion after the mark is never missed; a waiter also looks again
+///   when the holder's lease would run out, and at least every
+///   [`RECHECK_EVERY`].
+///
+/// Compiled here, not run: the test suite runs the same steps against a real
+/// server.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use idempotent_tools::store::PostgresStore;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), idempotent_tools::StoreError> {
+/// let url = "postgres://app@db.internal/app";
+/// let store = Arc::new(PostgresStore::connect(url).await?);
+/// store.migrate().await?;
+/// idempotent_tools::set_default_store(store);
+/// # Ok(()) }
+/// ```
+pub struct PostgresStore {
+    inner: Arc<steps::Inner>,
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (such as
+    /// `postgres://app@db.internal/app`), without TLS, with a pool of up to
+    /// 16 connections and one more that listens for completions: the
+    /// one-line shortcut for `PostgresStore::builder(url).connect()`.
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresStoreBuilder::connect`]: [`StoreError::Unavailable`]
+    /// if the server cannot be reached.
+    pub async fn connect(url: &str) -> StoreResult<PostgresStore> {
+        PostgresStore::builder(url).connect().await
+    }
+
+    /// Starts a store on the database at `url` with settings other than
+    /// the defaults.
+    pub fn builder(url: &str) -> PostgresStoreBuilder {
+        PostgresStoreBuilder::from_url(url)
+    }
+
+    /// Waits until the store listens for completions, connecting its
+    /// listener if need be: for a readiness check at start-up. `false` if
+    /// the store has no listener or it cannot connect; waiters then poll.
+    pub async fn listening(&self) -> bool {
+        match &self.inner.listener {
+            Some(listener) => listener.up().await,
+            None => false,
+        }
+    }
+
+    /// The pool the store runs its statements on.
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    /// How many statements this store has sent: one per claim, completion,
+    /// release, renewal and wait recheck, one per purge batch (preparing a
+    /// statement, once per connection, is not counted). For measuring, and
+    /// for tests that count round trips.
+    pub fn statements(&self) -> u64 {
+        self.inner.statements.load(Ordering::Relaxed)
+    }
+}
+
+impl Durable for PostgresStore {
+    type Backend = steps::Inner;
+
+    fn backend(&self) -> &Arc<steps::Inner> {
+        &self.inner
+    }
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("pool", &self.inner.pool.status())
+            .field("listens", &self.inner.listener.is_some())
+            .finish_non_exhaustive()
+    }
+}

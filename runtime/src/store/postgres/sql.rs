@@ -1,0 +1,294 @@
+//! The statements of the Postgres store, as SQL a DBA can read. Times are
+//! the server's (`now()`); durations are bound as milliseconds. Every
+//! statement that notifies binds the [`NOTIFY_CHANNEL`] as a parameter.
+
+#[cfg(doc)]
+use super::NOTIFY_CHANNEL;
+
+/// A statement and the name errors give it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Statement {
+    /// What an error calls it.
+    pub name: &'static str,
+    /// The SQL.
+    pub sql: &'static str,
+}
+
+/// The schema version of the database (on the search path): the newest
+/// recorded, 1 for a claims table that predates versions, 0 for none.
+pub(super) const SCHEMA_VERSION_OF: Statement = Statement {
+    name: "schema version",
+    sql: "\
+SELECT CASE
+    WHEN to_regclass('idempotent_schema') IS NOT NULL THEN -1
+    WHEN to_regclass('idempotent_claims') IS NOT NULL THEN 1
+    ELSE 0
+END::integer",
+};
+
+/// The newest schema version recorded.
+pub(super) const NEWEST_VERSION: Statement = Statement {
+    name: "schema version",
+    sql: "\
+SELECT COALESCE(MAX(version), 1)::integer FROM idempotent_schema",
+};
+
+/// Serialises migrations of one database, until the transaction ends.
+pub(super) const MIGRATE_LOCK: Statement = Statement {
+    name: "migrate",
+    sql: "\
+SELECT pg_advisory_xact_lock(hashtext('idempotent_claims')::bigint)",
+};
+
+/// One statement, one round trip. It reads the row for the key; takes it
+/// over if its lease ran out (for the same tool and arguments) or its record
+/// expired; inserts a claim if there was no row; and returns either the
+/// claim it made (`mine`) or the row it found.
+///
+/// Finding a row locks nothing and writes nothing: a replay, a conflict or
+/// a claim in flight costs one read, without a WAL flush.
+///
+/// All parts share one snapshot (READ COMMITTED). If another caller inserted
+/// the key after the snapshot was taken, the insert does nothing and there
+/// was nothing to read: the statement returns no row. If the row changed
+/// after the snapshot (taken over, purged), the takeover re-checks it as it
+/// is now and does nothing, and the row read from the snapshot looks
+/// takeable (`stale`). Either way the caller runs the statement again with a
+/// new snapshot, and checks tool and fingerprint on what it gets.
+pub(super) const CLAIM: Statement = Statement {
+    name: "claim",
+    sql: "\
+WITH existing AS (
+    SELECT fence, taken_over, key_text, tool, fingerprint, state, owner,
+           lease_until, ending, result, finished_at, expires_at
+    FROM idempotent_claims
+    WHERE key_digest = $1::bytea
+),
+taken AS (
+    UPDATE idempotent_claims AS c SET
+        key_text = $2::text,
+        tool = $3::text,
+        fingerprint = $4::bytea,
+        state = 'held',
+        owner = $5::bytea,
+        fence = c.fence + 1,
+        taken_over = (c.state = 'held'),
+        waiting = false,
+        lease_until = now() + $6::bigint * interval '1 millisecond',
+        expires_at = now() + ($6::bigint + $7::bigint) * interval '1 millisecond',
+        ending = NULL,
+        result = NULL,
+        finished_at = NULL
+    WHERE c.key_digest = $1::bytea
+      AND ((c.state = 'held' AND c.lease_until <= now()
+            AND c.tool = $3::text AND c.fingerprint = $4::bytea)
+           OR (c.state = 'done' AND c.expires_at <= now()))
+    RETURNING c.fence, c.taken_over
+),
+inserted AS (
+    INSERT INTO idempotent_claims
+        (key_digest, key_text, tool, fingerprint, state, owner, fence, taken_over,
+         lease_until, expires_at)
+    SELECT $1::bytea, $2::text, $3::text, $4::bytea, 'held', $5::bytea, 1, false,
+           now() + $6::bigint * interval '1 millisecond',
+           now() + ($6::bigint + $7::bigint) * interval '1 millisecond'
+    WHERE NOT EXISTS (SELECT 1 FROM existing)
+    ON CONFLICT (key_digest) DO NOTHING
+    RETURNING fence, taken_over
+),
+mine AS (
+    SELECT fence, taken_over FROM taken
+    UNION ALL
+    SELECT fence, taken_over FROM inserted
+)
+SELECT true AS mine, fence, taken_over,
+       NULL::text AS key_text, NULL::text AS tool, NULL::bytea AS fingerprint,
+       NULL::text AS state, NULL::bytea AS owner, NULL::bigint AS lease_left_ms,
+       NULL::text AS ending, NULL::text AS result, NULL::timestamptz AS finished_at,
+       false AS stale
+FROM mine
+UNION ALL
+SELECT false, fence, taken_over, key_text, tool, fingerprint, state, owner,
+       GREATEST(0, CEIL(EXTRACT(EPOCH FROM (lease_until - now())) * 1000))::bigint,
+       ending, result, finished_at,
+       (state = 'done' AND expires_at <= now())
+         OR (state = 'held' AND lease_until <= now()
+             AND tool = $3::text AND fingerprint = $4::bytea)
+FROM existing
+WHERE NOT EXISTS (SELECT 1 FROM mine)",
+};
+
+/// Completes a claim held by this owner at this fence. Completing it again
+/// (a retry after a reply that was lost) finds it done by the same owner and
+/// fence and writes the same record: nobody else can hold that pair.
+///
+/// It notifies only if a waiter marked the row ([`MARK_WAITING`]): a
+/// transaction that notifies holds a database-wide lock through its commit's
+/// flush, so notifying every completion would stop completions from
+/// committing together. One row comes back per row completed, notified or
+/// not.
+///
+/// `$1`-`$3` the holder, `$4` ending, `$5` result, `$6` finished at, `$7`
+/// retention, `$8` the [`NOTIFY_CHANNEL`].
+pub(super) const COMPLETE: Statement = Statement {
+    name: "complete",
+    sql: "\
+WITH done AS (
+    UPDATE idempotent_claims
+    SET state = 'done', ending = $4, result = $5, finished_at = $6, lease_until = NULL,
+        expires_at = now() + $7::bigint * interval '1 millisecond'
+    WHERE key_digest = $1 AND owner = $2 AND fence = $3
+    RETURNING key_digest, waiting
+)
+SELECT CASE WHEN waiting THEN pg_notify($8::text, encode(key_digest, 'hex')) END
+FROM done",
+};
+
+/// [`COMPLETE`], committed without waiting for the WAL flush
+/// ([`PostgresStoreBuilder::asynchronous_completions`](super::PostgresStoreBuilder::asynchronous_completions)).
+pub(super) const COMPLETE_ASYNC: Statement = Statement {
+    name: "complete",
+    sql: "\
+WITH unflushed AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+),
+done AS (
+    UPDATE idempotent_claims
+    SET state = 'done', ending = $4, result = $5, finished_at = $6, lease_until = NULL,
+        expires_at = now() + $7::bigint * interval '1 millisecond'
+    WHERE key_digest = $1 AND owner = $2 AND fence = $3
+    RETURNING key_digest, waiting
+)
+SELECT CASE WHEN waiting THEN pg_notify($8::text, encode(key_digest, 'hex')) END
+FROM done, unflushed",
+};
+
+/// Releases a claim; notifies only a row a waiter marked, as [`COMPLETE`].
+/// `$1`-`$3` the holder, `$4` the [`NOTIFY_CHANNEL`].
+pub(super) const RELEASE: Statement = Statement {
+    name: "release",
+    sql: "\
+WITH gone AS (
+    DELETE FROM idempotent_claims
+    WHERE key_digest = $1 AND state = 'held' AND owner = $2 AND fence = $3
+    RETURNING key_digest, waiting
+)
+SELECT CASE WHEN waiting THEN pg_notify($4::text, encode(key_digest, 'hex')) END
+FROM gone",
+};
+
+/// A waiter that listens for the key says so on the held row, and reads how
+/// long its lease has left. No row: the claim is no longer held by that
+/// owner at that fence, and the waiter claims again at once.
+pub(super) const MARK_WAITING: Statement = Statement {
+    name: "mark-waiting",
+    sql: "\
+UPDATE idempotent_claims SET waiting = true
+WHERE key_digest = $1 AND state = 'held' AND owner = $2 AND fence = $3 AND lease_until > now()
+RETURNING GREATEST(0, CEIL(EXTRACT(EPOCH FROM (lease_until - now())) * 1000))::bigint",
+};
+
+/// Renews a held claim's lease, by the server's clock. `$1`-`$3` the
+/// holder, `$4` lease, `$5` retention.
+pub(super) const RENEW: Statement = Statement {
+    name: "renew",
+    sql: "\
+UPDATE idempotent_claims
+SET lease_until = now() + $4::bigint * interval '1 millisecond',
+    expires_at = now() + ($4::bigint + $5::bigint) * interval '1 millisecond'
+WHERE key_digest = $1 AND state = 'held' AND owner = $2 AND fence = $3",
+};
+
+/// How long the lease of a claim held by this owner at this fence has
+/// left; no row if it is no longer held. `$1`-`$3` the holder.
+pub(super) const HELD_BY: Statement = Statement {
+    name: "held-by",
+    sql: "\
+SELECT GREATEST(0, CEIL(EXTRACT(EPOCH FROM (lease_until - now())) * 1000))::bigint
+FROM idempotent_claims
+WHERE key_digest = $1 AND state = 'held' AND owner = $2 AND fence = $3 AND lease_until > now()",
+};
+
+/// Locks the batch it deletes, skipping rows a claim is changing, and checks
+/// the conditions again on the row as it is when deleted. `$1` the most rows.
+pub(super) const PURGE: Statement = Statement {
+    name: "purge",
+    sql: "\
+WITH batch AS (
+    SELECT key_digest FROM idempotent_claims
+    WHERE expires_at <= now() AND (state = 'done' OR lease_until <= now())
+    ORDER BY expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM idempotent_claims c USING batch
+WHERE c.key_digest = batch.key_digest
+  AND c.expires_at <= now() AND (c.state = 'done' OR c.lease_until <= now())",
+};
+
+/// Removes a finished record or a claim whose lease ran out, or anything
+/// when `$2` (forced), waking the waiters of a removed claim. Says whether
+/// it removed a row, and if not, whether a live claim is left.
+/// `$3` is the [`NOTIFY_CHANNEL`].
+pub(super) const FORGET: Statement = Statement {
+    name: "forget",
+    sql: "\
+WITH gone AS (
+    DELETE FROM idempotent_claims
+    WHERE key_digest = $1 AND (state = 'done' OR lease_until <= now() OR $2::boolean)
+    RETURNING key_digest, state
+),
+woken AS (
+    SELECT pg_notify($3::text, encode(key_digest, 'hex')) FROM gone
+    WHERE state = 'held'
+)
+SELECT (SELECT count(*) FROM gone) AS forgotten,
+       (SELECT count(*) FROM woken) AS woken,
+       EXISTS (SELECT 1 FROM idempotent_claims WHERE key_digest = $1 AND state = 'held') AS held",
+};
+
+/// One page of records. `$1`/`$2` the state and ending, `$3` the tool, `$4`
+/// the run (a prefix of the key), `$5` the age in milliseconds, `$6` the key
+/// to start after, `$7` the rows to return; a `NULL` matches anything. Keys
+/// sort byte by byte (`COLLATE "C"`), as in the other stores. Columns as
+/// [`super::rows::read_record`] reads them.
+pub(super) const LIST: Statement = Statement {
+    name: "list",
+    sql: "\
+SELECT key_text, tool, state, owner, fence, taken_over, lease_until, ending, result,
+       finished_at, expires_at
+FROM idempotent_claims
+WHERE ($1::text IS NULL OR state = $1::text) AND ($2::text IS NULL OR ending = $2::text)
+  AND ($3::text IS NULL OR tool = $3::text)
+  AND ($4::text IS NULL OR left(key_text, length($4::text)) = $4::text)
+  AND ($5::bigint IS NULL
+       OR COALESCE(finished_at, lease_until) < now() - $5::bigint * interval '1 millisecond')
+  AND ($6::text IS NULL OR key_text COLLATE \"C\" > $6::text)
+ORDER BY key_text COLLATE \"C\"
+LIMIT $7::bigint",
+};
+
+/// One key's record, in the columns of [`LIST`].
+pub(super) const INSPECT: Statement = Statement {
+    name: "inspect",
+    sql: "\
+SELECT key_text, tool, state, owner, fence, taken_over, lease_until, ending, result,
+       finished_at, expires_at
+FROM idempotent_claims
+WHERE key_digest = $1",
+};
+
+/// Records by tool, state and ending.
+pub(super) const COUNT: Statement = Statement {
+    name: "count",
+    sql: "\
+SELECT tool, state, ending, count(*) AS n FROM idempotent_claims GROUP BY tool, state, ending",
+};
+
+/// `LISTEN` on a channel, for the listening session.
+pub(super) fn listen(channel: &str) -> String {
+    format!("LISTEN {channel}")
+}
+
+#[cfg(test)]
+mod tests;

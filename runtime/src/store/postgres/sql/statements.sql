@@ -1,0 +1,173 @@
+-- schema version
+SELECT CASE
+    WHEN to_regclass('idempotent_schema') IS NOT NULL THEN -1
+    WHEN to_regclass('idempotent_claims') IS NOT NULL THEN 1
+    ELSE 0
+END::integer;
+
+-- schema version
+SELECT COALESCE(MAX(version), 1)::integer FROM idempotent_schema;
+
+-- migrate
+SELECT pg_advisory_xact_lock(hashtext('idempotent_claims')::bigint);
+
+-- claim
+WITH existing AS (
+    SELECT fence, taken_over, key_text, tool, fingerprint, state, owner,
+           lease_until, ending, result, finished_at, expires_at
+    FROM idempotent_claims
+    WHERE key_digest = $1::bytea
+),
+taken AS (
+    UPDATE idempotent_claims AS c SET
+        key_text = $2::text,
+        tool = $3::text,
+        fingerprint = $4::bytea,
+        state = 'held',
+        owner = $5::bytea,
+        fence = c.fence + 1,
+        taken_over = (c.state = 'held'),
+        waiting = false,
+        lease_until = now() + $6::bigint * interval '1 millisecond',
+        expires_at = now() + ($6::bigint + $7::bigint) * interval '1 millisecond',
+        ending = NULL,
+        result = NULL,
+        finished_at = NULL
+    WHERE c.key_digest = $1::bytea
+      AND ((c.state = 'held' AND c.lease_until <= now()
+            AND c.tool = $3::text AND c.fingerprint = $4::bytea)
+           OR (c.state = 'done' AND c.expires_at <= now()))
+    RETURNING c.fence, c.taken_over
+),
+inserted AS (
+    INSERT INTO idempotent_claims
+        (key_digest, key_text, tool, fingerprint, state, owner, fence, taken_over,
+         lease_until, expires_at)
+    SELECT $1::bytea, $2::text, $3::text, $4::bytea, 'held', $5::bytea, 1, false,
+           now() + $6::bigint * interval '1 millisecond',
+           now() + ($6::bigint + $7::bigint) * interval '1 millisecond'
+    WHERE NOT EXISTS (SELECT 1 FROM existing)
+    ON CONFLICT (key_digest) DO NOTHING
+    RETURNING fence, taken_over
+),
+mine AS (
+    SELECT fence, taken_over FROM taken
+    UNION ALL
+    SELECT fence, taken_over FROM inserted
+)
+SELECT true AS mine, fence, taken_over,
+       NULL::text AS key_text, NULL::text AS tool, NULL::bytea AS fingerprint,
+       NULL::text AS state, NULL::bytea AS owner, NULL::bigint AS lease_left_ms,
+       NULL::text AS ending, NULL::text AS result, NULL::timestamptz AS finished_at,
+       false AS stale
+FROM mine
+UNION ALL
+SELECT false, fence, taken_over, key_text, tool, fingerprint, state, owner,
+       GREATEST(0, CEIL(EXTRACT(EPOCH FROM (lease_until - now())) * 1000))::bigint,
+       ending, result, finished_at,
+       (state = 'done' AND expires_at <= now())
+         OR (state = 'held' AND lease_until <= now()
+             AND tool = $3::text AND fingerprint = $4::bytea)
+FROM existing
+WHERE NOT EXISTS (SELECT 1 FROM mine);
+
+-- complete
+WITH done AS (
+    UPDATE idempotent_claims
+    SET state = 'done', ending = $4, result = $5, finished_at = $6, lease_until = NULL,
+        expires_at = now() + $7::bigint * interval '1 millisecond'
+    WHERE key_digest = $1 AND owner = $2 AND fence = $3
+    RETURNING key_digest, waiting
+)
+SELECT CASE WHEN waiting THEN pg_notify($8::text, encode(key_digest, 'hex')) END
+FROM done;
+
+-- complete
+WITH unflushed AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+),
+done AS (
+    UPDATE idempotent_claims
+    SET state = 'done', ending = $4, result = $5, finished_at = $6, lease_until = NULL,
+        expires_at = now() + $7::bigint * interval '1 millisecond'
+    WHERE key_digest = $1 AND owner = $2 AND fence = $3
+    RETURNING key_digest, waiting
+)
+SELECT CASE WHEN waiting THEN pg_notify($8::text, encode(key_digest, 'hex')) END
+FROM done, unflushed;
+
+-- release
+WITH gone AS (
+    DELETE FROM idempotent_claims
+    WHERE key_digest = $1 AND state = 'held' AND owner = $2 AND fence = $3
+    RETURNING key_digest, waiting
+)
+SELECT CASE WHEN waiting THEN pg_notify($4::text, encode(key_digest, 'hex')) END
+FROM gone;
+
+-- mark-waiting
+UPDATE idempotent_claims SET waiting = true
+WHERE key_digest = $1 AND state = 'held' AND owner = $2 AND fence = $3 AND lease_until > now()
+RETURNING GREATEST(0, CEIL(EXTRACT(EPOCH FROM (lease_until - now())) * 1000))::bigint;
+
+-- renew
+UPDATE idempotent_claims
+SET lease_until = now() + $4::bigint * interval '1 millisecond',
+    expires_at = now() + ($4::bigint + $5::bigint) * interval '1 millisecond'
+WHERE key_digest = $1 AND state = 'held' AND owner = $2 AND fence = $3;
+
+-- held-by
+SELECT GREATEST(0, CEIL(EXTRACT(EPOCH FROM (lease_until - now())) * 1000))::bigint
+FROM idempotent_claims
+WHERE key_digest = $1 AND state = 'held' AND owner = $2 AND fence = $3 AND lease_until > now();
+
+-- purge
+WITH batch AS (
+    SELECT key_digest FROM idempotent_claims
+    WHERE expires_at <= now() AND (state = 'done' OR lease_until <= now())
+    ORDER BY expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM idempotent_claims c USING batch
+WHERE c.key_digest = batch.key_digest
+  AND c.expires_at <= now() AND (c.state = 'done' OR c.lease_until <= now());
+
+-- forget
+WITH gone AS (
+    DELETE FROM idempotent_claims
+    WHERE key_digest = $1 AND (state = 'done' OR lease_until <= now() OR $2::boolean)
+    RETURNING key_digest, state
+),
+woken AS (
+    SELECT pg_notify($3::text, encode(key_digest, 'hex')) FROM gone
+    WHERE state = 'held'
+)
+SELECT (SELECT count(*) FROM gone) AS forgotten,
+       (SELECT count(*) FROM woken) AS woken,
+       EXISTS (SELECT 1 FROM idempotent_claims WHERE key_digest = $1 AND state = 'held') AS held;
+
+-- list
+SELECT key_text, tool, state, owner, fence, taken_over, lease_until, ending, result,
+       finished_at, expires_at
+FROM idempotent_claims
+WHERE ($1::text IS NULL OR state = $1::text) AND ($2::text IS NULL OR ending = $2::text)
+  AND ($3::text IS NULL OR tool = $3::text)
+  AND ($4::text IS NULL OR left(key_text, length($4::text)) = $4::text)
+  AND ($5::bigint IS NULL
+       OR COALESCE(finished_at, lease_until) < now() - $5::bigint * interval '1 millisecond')
+  AND ($6::text IS NULL OR key_text COLLATE "C" > $6::text)
+ORDER BY key_text COLLATE "C"
+LIMIT $7::bigint;
+
+-- inspect
+SELECT key_text, tool, state, owner, fence, taken_over, lease_until, ending, result,
+       finished_at, expires_at
+FROM idempotent_claims
+WHERE key_digest = $1;
+
+-- count
+SELECT tool, state, ending, count(*) AS n FROM idempotent_claims GROUP BY tool, state, ending;
+
+-- listen
+LISTEN idempotent_claims;

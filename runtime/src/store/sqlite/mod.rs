@@ -1,0 +1,151 @@
+//! The SQLite store: durable claims in one file, shared by several
+//! processes on one host.
+//!
+//! - `open`: the builder, the connections and their pragmas, the schema;
+//! - `sql`: the statements, as SQL;
+//! - `steps`: each step of a claim, run on the blocking pool;
+//! - `rows`: reading rows back;
+//! - `error`: SQLite's errors, sorted.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+mod error;
+mod open;
+mod rows;
+mod sql;
+mod steps;
+
+pub use open::SqliteStoreBuilder;
+
+#[cfg(doc)]
+use super::StoreError;
+use super::StoreResult;
+use super::durable::Durable;
+#[cfg(doc)]
+use super::schema::SCHEMA_VERSION;
+
+/// The rusqlite crate this store is built on, for applications that want to
+/// look at the file themselves with a matching version.
+pub use rusqlite;
+
+/// The schema [`SqliteStore::open`] applies, at [`SCHEMA_VERSION`], for
+/// reading or applying by hand.
+pub const SQLITE_SCHEMA: &str = concat!(include_str!("v1.sql"), include_str!("v2.sql"));
+
+/// How long a statement waits for another process's write lock before the
+/// store reports itself [unavailable](StoreError::Unavailable).
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A waiter's first look at a claim held in another process.
+pub const DEFAULT_POLL_FIRST: Duration = Duration::from_millis(2);
+
+/// The longest a waiter sleeps between two looks.
+pub const DEFAULT_POLL_MAX: Duration = Duration::from_millis(100);
+
+/// How many rows one purge statement deletes at most.
+pub const DEFAULT_PURGE_BATCH: usize = 1000;
+
+/// Claims and records in one SQLite file, for several processes on one host.
+///
+/// It needs no set-up beyond a path: [`SqliteStore::open`] creates the file
+/// and its [schema](SQLITE_SCHEMA).
+///
+/// - **One trip per step.** A claim is one trip to SQLite. A replay is
+///   answered by a read of the finished row, which takes no write lock and
+///   costs no disk sync. Otherwise the claim is one `INSERT .. ON CONFLICT
+///   DO UPDATE .. RETURNING`: it inserts, takes over an expired row, or
+///   leaves the row as it is, and returns the row in every case, so the
+///   claim itself stays atomic. Completion, release and renewal are one
+///   statement each.
+/// - **Several processes.** The file is in WAL mode with a busy timeout, so
+///   processes read while one writes and queue for the write lock. Every
+///   statement runs on tokio's blocking pool, never on the async runtime.
+/// - **Leases.** A claim carries a random owner token, a fence and a lease.
+///   The guard renews the lease while the action runs; if the holder's
+///   process dies, the lease runs out and the next caller takes the claim
+///   over, bumping the fence. The dead holder's completion, should it ever
+///   come, changes nothing and gets [`StoreError::LeaseLost`].
+/// - **Waiting.** A duplicate in the same process is woken the moment the
+///   claim is completed or released. A duplicate in another process polls
+///   with backoff: it looks after 2 ms, then doubles the pause up to 100 ms,
+///   and looks right after the holder's lease would run out. Each look is
+///   one read, which under WAL never blocks the writer. The guard's wait
+///   deadline bounds it all.
+/// - **Durability.** `synchronous = FULL`: a completion is on disk before
+///   the caller hears of it, so a power cut never forgets an action that
+///   happened.
+///
+/// ```
+/// use std::sync::Arc;
+/// use idempotent_tools::{Call, Key};
+/// use idempotent_tools::store::SqliteStore;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = std::env::temp_dir().join(format!("idempotent-doc-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// let store = Arc::new(SqliteStore::open(dir.join("claims.db"))?);
+/// let key = Key::builder().literal("run-1:refund:")?.part("order_id", "1182")?.finish()?;
+/// let refund = || async { Ok::<_, idempotent_tools::Error>("re_1".to_string()) };
+///
+/// let first = Call::new("shop::refund", key.clone()).store(&store).run(refund()).await?;
+/// let again = Call::new("shop::refund", key).store(&store).run(refund()).await?;
+/// assert!(first.is_fresh());
+/// assert!(again.is_replay());
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok(()) }
+/// ```
+pub struct SqliteStore {
+    inner: Arc<steps::Inner>,
+}
+
+impl SqliteStore {
+    /// Opens (or creates) a store at `path` with the default settings. See
+    /// [`SqliteStoreBuilder::open`].
+    ///
+    /// # Errors
+    ///
+    /// As [`SqliteStoreBuilder::open`].
+    pub fn open(path: impl AsRef<Path>) -> StoreResult<SqliteStore> {
+        SqliteStore::builder(path).open()
+    }
+
+    /// Starts a store with settings other than the defaults.
+    pub fn builder(path: impl AsRef<Path>) -> SqliteStoreBuilder {
+        SqliteStoreBuilder::new(path.as_ref())
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// How many trips this store has made to SQLite (each one unit of work
+    /// on the blocking pool): one per claim, completion, release, renewal and
+    /// wait poll, one per purge batch. A claim's trip runs a read, and the
+    /// upsert only when the read found no finished record. For measuring, and
+    /// for tests that count round trips.
+    pub fn statements(&self) -> u64 {
+        self.inner.statements.load(Ordering::Relaxed)
+    }
+}
+
+impl Durable for SqliteStore {
+    type Backend = steps::Inner;
+
+    fn backend(&self) -> &Arc<steps::Inner> {
+        &self.inner
+    }
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
