@@ -3,24 +3,24 @@
 //! Every store answers the same atomic question, [`Store::claim`]: may this
 //! caller act under this key, or has someone acted or is acting already? The
 //! guard in [`crate::Call`] builds everything else on that one call.
+//!
+//! - this module: the [`Store`] trait and its contract;
+//! - `claim`: a claim requested, held, and answered;
+//! - `error`: what a step can fail with;
+//! - `future`: the future a step returns;
+//! - `default`: the process default store;
+//! - `inspect`: what an operator reads;
+//! - one module per store: [`memory`], `sqlite`, `postgres`, over the
+//!   shared core of the durable ones (`durable`).
 
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::{Arc, LazyLock};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
-
-use crate::fingerprint::Fingerprint;
-use crate::key::Key;
-use crate::outcome::ConflictReason;
-use crate::record::{Finished, Recorded};
-use crate::tool::ToolId;
-
+mod claim;
+mod default;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod durable;
+mod error;
+mod future;
 mod inspect;
 pub mod memory;
 #[cfg(feature = "postgres")]
@@ -31,6 +31,10 @@ mod schema;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
+pub use claim::{Claim, ClaimAnswer, ClaimRequest, Wait};
+pub use default::{IntoStore, default_store, set_default_store};
+pub use error::{StoreError, StoreResult};
+pub use future::StoreFuture;
 pub use inspect::{
     DEFAULT_PAGE, Forget, MAX_PAGE, Record, RecordCount, RecordPage, RecordQuery, RecordState,
 };
@@ -43,189 +47,10 @@ pub use schema::SCHEMA_VERSION;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
-/// A store's future: ready at once for in-memory stores (no allocation),
-/// boxed for stores that do I/O.
-pub struct StoreFuture<'a, T>(Inner<'a, T>);
-
-enum Inner<'a, T> {
-    Ready(Option<T>),
-    Boxed(Pin<Box<dyn Future<Output = T> + Send + 'a>>),
-}
-
-impl<'a, T> StoreFuture<'a, T> {
-    /// A value that is already there.
-    pub fn ready(value: T) -> StoreFuture<'a, T> {
-        StoreFuture(Inner::Ready(Some(value)))
-    }
-
-    /// A future that does I/O.
-    pub fn boxed(fut: impl Future<Output = T> + Send + 'a) -> StoreFuture<'a, T> {
-        StoreFuture(Inner::Boxed(Box::pin(fut)))
-    }
-
-    /// The value, if the store answered without waiting.
-    pub(crate) fn into_ready(self) -> Result<T, StoreFuture<'a, T>> {
-        match self.0 {
-            Inner::Ready(Some(value)) => Ok(value),
-            other => Err(StoreFuture(other)),
-        }
-    }
-}
-
-// The ready value is moved out, never pinned, so the future is always Unpin.
-impl<T> Unpin for StoreFuture<'_, T> {}
-
-impl<T> Future for StoreFuture<'_, T> {
-    type Output = T;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
-        match &mut self.0 {
-            Inner::Ready(value) => match value.take() {
-                Some(value) => Poll::Ready(value),
-                None => Poll::Pending,
-            },
-            Inner::Boxed(fut) => fut.as_mut().poll(cx),
-        }
-    }
-}
-
-/// A request to claim a key.
-#[derive(Debug, Clone, Copy)]
-pub struct ClaimRequest<'a> {
-    /// The key.
-    pub key: &'a Key,
-    /// The tool asking.
-    pub tool: &'a ToolId,
-    /// The arguments beyond the key.
-    pub fingerprint: Fingerprint,
-    /// How long the claim holds without renewal before another caller may
-    /// take it over.
-    pub lease: Duration,
-    /// How long the record is kept once finished.
-    pub retention: Duration,
-}
-
-/// A held claim: the right to act under a key, until completed or released.
-#[derive(Debug, Clone)]
-pub struct Claim {
-    /// The key claimed.
-    pub key: Key,
-    /// Who holds it. Completion and release check it.
-    pub owner: u128,
-    /// Bumped by every takeover. A holder whose fence is behind has lost its
-    /// claim.
-    pub fence: u64,
-    /// Whether this claim took over from a holder whose lease expired: that
-    /// holder may or may not have acted.
-    pub taken_over: bool,
-    /// How long the record is kept once finished.
-    pub retention: Duration,
-}
-
-/// The answer to a claim.
-#[derive(Debug)]
-pub enum ClaimAnswer {
-    /// The caller holds the claim and must act, then complete or release.
-    Claimed(Claim),
-    /// Another caller holds the claim with the same tool and arguments.
-    /// Await the [`Wait`], then claim again.
-    InFlight(Wait),
-    /// The action finished earlier with the same tool and arguments.
-    Completed(Finished),
-    /// The key was used for a different request.
-    Conflict {
-        /// What differed.
-        reason: ConflictReason,
-        /// The first request's result, if it finished successfully and came
-        /// from the same tool.
-        first: Option<Recorded>,
-    },
-}
-
-/// Resolves when an in-flight claim may have changed: completed, released or
-/// expired. The caller then claims again.
-pub struct Wait(Pin<Box<dyn Future<Output = ()> + Send + 'static>>);
-
-impl Wait {
-    /// Wraps a store's wake-up future.
-    pub fn new(fut: impl Future<Output = ()> + Send + 'static) -> Wait {
-        Wait(Box::pin(fut))
-    }
-}
-
-impl Future for Wait {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        self.0.as_mut().poll(cx)
-    }
-}
-
-impl fmt::Debug for Wait {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Wait")
-    }
-}
-
-/// A store's failure.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StoreError {
-    /// The claim was taken over by another holder after its lease expired.
-    #[error("the claim was taken over after its lease expired")]
-    LeaseLost,
-    /// The store could not be reached, or was too busy to answer in time.
-    /// Trying again later may work.
-    #[error("the store is unavailable")]
-    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// The store answered with an error.
-    #[error("the store failed")]
-    Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// A stored record could not be read.
-    #[error("a stored record is corrupt: {0}")]
-    Corrupt(String),
-    /// A result cannot be stored faithfully: it does not serialize, or does
-    /// not read back as itself (a `NaN` becomes `null`). Stores that keep
-    /// JSON refuse it on completion, before a replay could trip on it.
-    #[error("the result cannot be stored faithfully as JSON")]
-    Unrecordable(#[source] serde_json::Error),
-    /// [`Store::forget_with`] was asked to remove a claim whose lease is
-    /// live: its action may be running right now, and forgetting it would
-    /// let a repeat run the action a second time alongside it.
-    #[error(
-        "key `{key}` is held by a claim whose lease is live, so its action may be running now; \
-         wait for it to finish or for its lease to run out, or force the removal if its holder \
-         is known to be gone"
-    )]
-    LiveClaim {
-        /// The key's text.
-        key: String,
-    },
-    /// The database holds no schema of this library: it was never migrated,
-    /// or this is not the database the application uses.
-    #[error(
-        "the database has no `idempotent_claims` table: point at the database the application \
-         uses, or create the schema (`SqliteStore::open`, `PostgresStore::migrate`)"
-    )]
-    MissingSchema,
-    /// The database's schema is newer than this build of the library
-    /// understands; writing to it could break the newer code's records.
-    #[error(
-        "the database's schema is version {found}, newer than the version {supported} this build \
-         understands; upgrade this program to a release that knows version {found}"
-    )]
-    SchemaTooNew {
-        /// The version the database records.
-        found: u32,
-        /// The newest version this build knows.
-        supported: u32,
-    },
-    /// The store does not implement this operation (a store written
-    /// outside this library that keeps only what the guard needs).
-    #[error("this store does not support `{0}`")]
-    Unsupported(&'static str),
-}
-
-/// A result type for store operations.
-pub type StoreResult<T> = Result<T, StoreError>;
+use crate::key::Key;
+use crate::record::Finished;
+#[cfg(doc)]
+use crate::record::Recorded;
 
 /// Where claims and records live.
 ///
@@ -249,12 +74,89 @@ pub type StoreResult<T> = Result<T, StoreError>;
 ///   its retention;
 /// - a [`Wait`] never misses a completion or release that happens after the
 ///   claim that returned it.
+///
+/// # Cancel safety
+///
+/// A step's future may be dropped at any `.await`: the step then happened
+/// or did not, and nothing else. The guard never leaves a claim behind on
+/// that account: for stores that do I/O it runs claims, completions and
+/// releases on tasks of their own ([`Store::answers_at_once`]).
+///
+/// # Writing a store
+///
+/// A store of one's own implements the required methods and keeps the
+/// defaults of the rest:
+///
+/// ```
+/// use std::time::Duration;
+/// use idempotent_tools::store::{
+///     Claim, ClaimAnswer, ClaimRequest, Forget, Store, StoreFuture, StoreResult,
+/// };
+/// use idempotent_tools::{Finished, Key, MemoryStore};
+///
+/// /// A memory store that counts claims.
+/// struct Counting {
+///     inner: MemoryStore,
+///     claims: std::sync::atomic::AtomicU64,
+/// }
+///
+/// impl Store for Counting {
+///     fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> {
+///         self.claims.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+///         self.inner.claim(req)
+///     }
+///     fn complete<'a>(&'a self, claim: &'a Claim, finished: Finished) -> StoreFuture<'a, StoreResult<()>> {
+///         self.inner.complete(claim, finished)
+///     }
+///     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
+///         self.inner.release(claim)
+///     }
+///     fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
+///         self.inner.renew(claim, lease)
+///     }
+///     fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
+///         self.inner.purge_expired()
+///     }
+///     fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
+///         self.inner.forget_with(key, how)
+///     }
+/// }
+/// ```
 pub trait Store: Send + Sync + 'static {
     /// Claims a key, atomically: the caller holds it, or learns who does,
     /// or gets the finished record, or a conflict.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] if the store cannot be reached (nothing
+    /// was claimed, so the action must not run);
+    /// [`StoreError::Backend`] or [`StoreError::Corrupt`] if it answered
+    /// with an error or with a row it cannot read.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropped after the store took the claim, the future
+    /// leaves a claim nobody holds, which waits for its lease to run out
+    /// (for ever in a memory store, unless released). The guard runs it on
+    /// a task of its own for that reason.
     fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>>;
 
     /// Records the finished action under a held claim and wakes waiters.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::LeaseLost`] if the claim is no longer held by its owner
+    /// at its fence (nothing is written); [`StoreError::Unrecordable`] if
+    /// the result does not store as JSON (checked before any I/O);
+    /// [`StoreError::Unavailable`] if the store cannot be reached, in which
+    /// case trying again is safe.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe in that a completion is written whole or not at all; but
+    /// a dropped completion may or may not have been written, and the
+    /// action's result is lost to repeats if it was not. The guard runs it
+    /// on a task of its own, and retries it.
     fn complete<'a>(
         &'a self,
         claim: &'a Claim,
@@ -263,13 +165,45 @@ pub trait Store: Send + Sync + 'static {
 
     /// Gives a held claim up without a record, so a retry acts again, and
     /// wakes waiters.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::LeaseLost`] if the claim is no longer held by its owner
+    /// at its fence (nothing is removed); [`StoreError::Unavailable`] if the
+    /// store cannot be reached, in which case trying again is safe.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the release happened or did not; if not, the claim
+    /// stays until its lease runs out.
     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>>;
 
     /// Renews a held claim's lease, for actions longer than it.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::LeaseLost`] if the claim is no longer held by its owner
+    /// at its fence: another caller may take it over, and the action should
+    /// stop if it can; [`StoreError::Unavailable`] if the store cannot be
+    /// reached.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the lease is renewed or not.
     fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>>;
 
     /// Removes finished records whose retention has passed. Returns how many
     /// were removed. Never removes a held claim.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] or [`StoreError::Backend`] if a purge
+    /// statement fails; batches already purged stay purged.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: each batch is removed whole or not at all, and the next
+    /// purge picks up what is left.
     fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>>;
 
     /// Removes what is recorded under a key, so the action may run again:
@@ -281,28 +215,72 @@ pub trait Store: Send + Sync + 'static {
     /// [`StoreError::LiveClaim`]. With [`Forget::Force`], a live claim is
     /// removed too and its waiters are woken; its holder's completion then
     /// reports [`StoreError::LeaseLost`].
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::LiveClaim`] for a live claim under
+    /// [`Forget::UnlessLive`]; [`StoreError::Unavailable`] if the store
+    /// cannot be reached.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the record is removed or not.
     fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>>;
 
     /// [`Store::forget_with`] with [`Forget::UnlessLive`]: never removes a
     /// claim whose action may be running.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::forget_with`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Store::forget_with`].
     fn forget<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<bool>> {
         self.forget_with(key, Forget::UnlessLive)
     }
 
     /// Lists records matching `query`, one page at a time, in the order of
     /// their keys' text. For operators; the guard never calls it.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unsupported`] from a store that does not list (the
+    /// default); [`StoreError::Unavailable`] if the store cannot be reached;
+    /// [`StoreError::Corrupt`] for a record it cannot read.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
     fn list<'a>(&'a self, query: &'a RecordQuery) -> StoreFuture<'a, StoreResult<RecordPage>> {
         let _ = query;
         StoreFuture::ready(Err(StoreError::Unsupported("list")))
     }
 
     /// Reads one key's record in full, if there is one.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::list`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
     fn inspect<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<Option<Record>>> {
         let _ = key;
         StoreFuture::ready(Err(StoreError::Unsupported("inspect")))
     }
 
     /// Counts records by tool and state, in the order of tool, then state.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::list`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
     fn count(&self) -> StoreFuture<'_, StoreResult<Vec<RecordCount>>> {
         StoreFuture::ready(Err(StoreError::Unsupported("count")))
     }
@@ -328,53 +306,5 @@ pub trait Store: Send + Sync + 'static {
     fn renew_every(&self, lease: Duration) -> Option<Duration> {
         let _ = lease;
         None
-    }
-}
-
-static DEFAULT_STORE: LazyLock<ArcSwap<Arc<dyn Store>>> =
-    LazyLock::new(|| ArcSwap::from_pointee(Arc::new(MemoryStore::new()) as Arc<dyn Store>));
-
-/// The process default store: a [`MemoryStore`] unless switched with
-/// [`set_default_store`].
-pub fn default_store() -> Arc<dyn Store> {
-    Arc::clone(&DEFAULT_STORE.load())
-}
-
-/// Switches the process default store, in one line:
-///
-/// ```
-/// use std::sync::Arc;
-/// use idempotent_tools::{MemoryStore, set_default_store};
-///
-/// set_default_store(Arc::new(MemoryStore::new()));
-/// ```
-///
-/// Calls already running keep the store they started with.
-pub fn set_default_store(store: Arc<dyn Store>) {
-    DEFAULT_STORE.store(Arc::new(store));
-}
-
-/// Something a call site can name as its store: an `Arc` of a store, or a
-/// reference to one.
-pub trait IntoStore {
-    /// The store as a trait object.
-    fn into_store(self) -> Arc<dyn Store>;
-}
-
-impl<S: Store> IntoStore for Arc<S> {
-    fn into_store(self) -> Arc<dyn Store> {
-        self
-    }
-}
-
-impl IntoStore for Arc<dyn Store> {
-    fn into_store(self) -> Arc<dyn Store> {
-        self
-    }
-}
-
-impl<T: IntoStore + Clone> IntoStore for &T {
-    fn into_store(self) -> Arc<dyn Store> {
-        self.clone().into_store()
     }
 }

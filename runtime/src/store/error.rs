@@ -1,0 +1,66 @@
+//! What a store's step can fail with.
+
+#[cfg(doc)]
+use super::{Forget, Store};
+
+/// A store's failure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The claim was taken over by another holder after its lease expired.
+    #[error("the claim was taken over after its lease expired")]
+    LeaseLost,
+    /// The store could not be reached, or was too busy to answer in time.
+    /// Trying again later may work.
+    #[error("the store is unavailable")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The store answered with an error.
+    #[error("the store failed")]
+    Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A stored record could not be read.
+    #[error("a stored record is corrupt: {0}")]
+    Corrupt(String),
+    /// A result cannot be stored faithfully: it does not serialize, or does
+    /// not read back as itself (a `NaN` becomes `null`). Stores that keep
+    /// JSON refuse it on completion, before a replay could trip on it.
+    #[error("the result cannot be stored faithfully as JSON")]
+    Unrecordable(#[source] serde_json::Error),
+    /// [`Store::forget_with`] was asked to remove a claim whose lease is
+    /// live: its action may be running right now, and forgetting it would
+    /// let a repeat run the action a second time alongside it.
+    #[error(
+        "key `{key}` is held by a claim whose lease is live, so its action may be running now; \
+         wait for it to finish or for its lease to run out, or force the removal if its holder \
+         is known to be gone"
+    )]
+    LiveClaim {
+        /// The key's text.
+        key: String,
+    },
+    /// The database holds no schema of this library: it was never migrated,
+    /// or this is not the database the application uses.
+    #[error(
+        "the database has no `idempotent_claims` table: point at the database the application \
+         uses, or create the schema (`SqliteStore::open`, `PostgresStore::migrate`)"
+    )]
+    MissingSchema,
+    /// The database's schema is newer than this build of the library
+    /// understands; writing to it could break the newer code's records.
+    #[error(
+        "the database's schema is version {found}, newer than the version {supported} this build \
+         understands; upgrade this program to a release that knows version {found}"
+    )]
+    SchemaTooNew {
+        /// The version the database records.
+        found: u32,
+        /// The newest version this build knows.
+        supported: u32,
+    },
+    /// The store does not implement this operation (a store written
+    /// outside this library that keeps only what the guard needs).
+    #[error("this store does not support `{0}`")]
+    Unsupported(&'static str),
+}
+
+/// A result type for store operations.
+pub type StoreResult<T> = Result<T, StoreError>;

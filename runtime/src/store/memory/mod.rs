@@ -1,0 +1,222 @@
+//! The in-memory store: the default, for one process, with no set-up.
+//!
+//! - this module: the store, its slots, and its `Store` methods;
+//! - `steps`: claim, complete, release and forget under a shard's lock;
+//! - `sweeper`: expired records removed as keys arrive and on a timer;
+//! - `records`: what an operator reads.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::time::{Duration, SystemTime};
+
+use dashmap::DashMap;
+use foldhash::fast::RandomState;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+mod records;
+mod steps;
+mod sweeper;
+
+use super::{
+    Claim, ClaimAnswer, ClaimRequest, Forget, Record, RecordCount, RecordPage, RecordQuery, Store,
+    StoreError, StoreFuture, StoreResult,
+};
+use crate::fingerprint::Fingerprint;
+use crate::key::Key;
+use crate::record::Finished;
+use crate::tool::ToolId;
+
+/// Sweeps run after this many new claims at the least.
+const MIN_SWEEP_INTERVAL: usize = 1024;
+
+/// How often a memory store's sweeper removes expired records, unless
+/// [`MemoryStore::sweeping_every`] says otherwise.
+pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// Claims and records in a sharded map, for one process.
+///
+/// - A claim is one entry operation under one shard's lock: there is no
+///   global mutex, and no lock is held across an `.await`.
+/// - Waiters on an in-flight key are woken by a per-key `watch` channel,
+///   created only when the first waiter arrives, so an uncontended call
+///   allocates none.
+/// - Finished records expire after their retention. Expired records are
+///   swept as new keys arrive (each sweep is paid for by as many inserts as
+///   there were records), so memory stays bounded under a stream of unique
+///   keys, and by one sweeper task per store every [`DEFAULT_SWEEP_EVERY`],
+///   so they go when traffic stops too. A held claim is never swept.
+/// - Leases do not expire here: a holder that panics or is dropped releases
+///   its claim at once, and a crash takes the whole store with it. Use a
+///   durable store to survive a crash.
+///
+/// ```
+/// use std::sync::Arc;
+/// use idempotent_tools::{Call, Key, MemoryStore, Outcome, Run};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), idempotent_tools::Error> {
+/// let store = Arc::new(MemoryStore::new());
+/// let key = Key::builder().literal("run-1:refund:")?.part("order_id", "1182")?.finish()?;
+/// let refund = || async { Ok::<_, idempotent_tools::Error>("re_1".to_string()) };
+///
+/// let first = Call::new("shop::refund", key.clone()).store(store.clone()).run(refund()).await?;
+/// let again = Call::new("shop::refund", key).store(store).run(refund()).await?;
+/// assert!(first.is_fresh());
+/// assert!(again.is_replay());
+/// # Ok(()) }
+/// ```
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    slots: DashMap<Key, Slot, RandomState>,
+    owners: AtomicU64,
+    inserted_since_sweep: AtomicUsize,
+    sweep_after: AtomicUsize,
+    /// How often the sweeper task runs.
+    sweep_every: Duration,
+    /// Whether a sweeper task is alive; cleared by the task as it ends, so
+    /// the next insert starts another (a runtime that shut down takes its
+    /// tasks with it).
+    sweeping: AtomicBool,
+}
+
+struct Held {
+    owner: u128,
+    fence: u64,
+    tool: ToolId,
+    fingerprint: Fingerprint,
+    wake: Option<watch::Sender<()>>,
+}
+
+struct Done {
+    fence: u64,
+    tool: ToolId,
+    fingerprint: Fingerprint,
+    finished: Finished,
+    expires_at: Instant,
+}
+
+enum Slot {
+    Held(Held),
+    Done(Done),
+}
+
+impl Held {
+    fn wake(&self) {
+        if let Some(wake) = &self.wake {
+            wake.send_replace(());
+        }
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store, sweeping expired records every
+    /// [`DEFAULT_SWEEP_EVERY`].
+    pub fn new() -> MemoryStore {
+        MemoryStore::sweeping_every(DEFAULT_SWEEP_EVERY)
+    }
+
+    /// An empty store whose sweeper removes expired records every `every`
+    /// (at least once a millisecond). The sweeper is one task per store,
+    /// started with the first claim on a tokio runtime and ended with the
+    /// store.
+    pub fn sweeping_every(every: Duration) -> MemoryStore {
+        MemoryStore {
+            inner: Arc::new(Inner {
+                slots: DashMap::with_hasher(RandomState::default()),
+                owners: AtomicU64::new(1),
+                inserted_since_sweep: AtomicUsize::new(0),
+                sweep_after: AtomicUsize::new(MIN_SWEEP_INTERVAL),
+                sweep_every: every.max(Duration::from_millis(1)),
+                sweeping: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// How many keys the store holds, claimed or finished.
+    pub fn len(&self) -> usize {
+        self.inner.slots.len()
+    }
+
+    /// Whether the store holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.inner.slots.is_empty()
+    }
+}
+
+impl Store for MemoryStore {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> {
+        let state = self.inner.claim_now(&req);
+        if matches!(state, ClaimAnswer::Claimed(_)) {
+            self.ensure_sweeper();
+        }
+        StoreFuture::ready(Ok(state))
+    }
+
+    fn complete<'a>(
+        &'a self,
+        claim: &'a Claim,
+        finished: Finished,
+    ) -> StoreFuture<'a, StoreResult<()>> {
+        StoreFuture::ready(self.inner.complete_now(claim, finished))
+    }
+
+    fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
+        StoreFuture::ready(self.inner.release_now(claim))
+    }
+
+    fn renew<'a>(&'a self, claim: &'a Claim, _lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
+        let current = matches!(
+            self.inner.slots.get(&claim.key).as_deref(),
+            Some(Slot::Held(held)) if held.owner == claim.owner && held.fence == claim.fence
+        );
+        StoreFuture::ready(if current {
+            Ok(())
+        } else {
+            Err(StoreError::LeaseLost)
+        })
+    }
+
+    fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
+        StoreFuture::ready(Ok(self.inner.sweep()))
+    }
+
+    fn answers_at_once(&self) -> bool {
+        true
+    }
+
+    fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
+        StoreFuture::ready(self.inner.forget_now(key, how))
+    }
+
+    fn list<'a>(&'a self, query: &'a RecordQuery) -> StoreFuture<'a, StoreResult<RecordPage>> {
+        StoreFuture::ready(Ok(self.inner.list_now(query)))
+    }
+
+    fn inspect<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<Option<Record>>> {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let record = self
+            .inner
+            .slots
+            .get(key)
+            .map(|slot| Inner::record(key, &slot, now, wall));
+        StoreFuture::ready(Ok(record))
+    }
+
+    fn count(&self) -> StoreFuture<'_, StoreResult<Vec<RecordCount>>> {
+        StoreFuture::ready(Ok(self.inner.count_now()))
+    }
+
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+}

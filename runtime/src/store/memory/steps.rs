@@ -1,0 +1,168 @@
+//! The memory store's steps, each one entry operation under one shard's
+//! lock, with no lock held across an `.await`.
+
+use std::sync::atomic::Ordering;
+
+use dashmap::mapref::entry::Entry;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::{Done, Held, Inner, Slot};
+use crate::key::Key;
+use crate::outcome::ConflictReason;
+use crate::record::{Ending, Finished};
+use crate::store::{Claim, ClaimAnswer, ClaimRequest, Forget, StoreError, StoreResult, Wait};
+
+impl Inner {
+    fn new_claim(&self, req: &ClaimRequest<'_>, fence: u64) -> (Held, Claim) {
+        let owner = u128::from(self.owners.fetch_add(1, Ordering::Relaxed));
+        let held = Held {
+            owner,
+            fence,
+            tool: req.tool.clone(),
+            fingerprint: req.fingerprint,
+            wake: None,
+        };
+        let claim = Claim {
+            key: req.key.clone(),
+            owner,
+            fence,
+            taken_over: false,
+            retention: req.retention,
+        };
+        (held, claim)
+    }
+
+    /// Answers a replay under the shard's read lock, so that concurrent
+    /// repeats of a finished action do not queue behind each other.
+    pub(super) fn replay_now(&self, req: &ClaimRequest<'_>) -> Option<ClaimAnswer> {
+        let slot = self.slots.get(req.key)?;
+        match &*slot {
+            Slot::Done(done)
+                if done.tool == *req.tool
+                    && done.fingerprint == req.fingerprint
+                    && done.expires_at > Instant::now() =>
+            {
+                Some(ClaimAnswer::Completed(done.finished.clone()))
+            }
+            _ => None,
+        }
+    }
+
+    pub(super) fn claim_now(&self, req: &ClaimRequest<'_>) -> ClaimAnswer {
+        if let Some(replay) = self.replay_now(req) {
+            return replay;
+        }
+        let (state, inserted) = match self.slots.entry(req.key.clone()) {
+            Entry::Vacant(vacant) => {
+                let (held, claim) = self.new_claim(req, 1);
+                vacant.insert(Slot::Held(held));
+                (ClaimAnswer::Claimed(claim), true)
+            }
+            Entry::Occupied(mut occupied) => {
+                let slot = occupied.get_mut();
+                let state = match slot {
+                    Slot::Done(done) if done.expires_at <= Instant::now() => {
+                        let (held, claim) = self.new_claim(req, done.fence + 1);
+                        *slot = Slot::Held(held);
+                        ClaimAnswer::Claimed(claim)
+                    }
+                    Slot::Done(done) if done.tool != *req.tool => ClaimAnswer::Conflict {
+                        reason: ConflictReason::OtherTool,
+                        first: None,
+                    },
+                    Slot::Done(done) if done.fingerprint != req.fingerprint => {
+                        ClaimAnswer::Conflict {
+                            reason: ConflictReason::Arguments,
+                            first: (done.finished.ending == Ending::Ok)
+                                .then(|| done.finished.value.clone()),
+                        }
+                    }
+                    Slot::Done(done) => ClaimAnswer::Completed(done.finished.clone()),
+                    Slot::Held(held) if held.tool != *req.tool => ClaimAnswer::Conflict {
+                        reason: ConflictReason::OtherTool,
+                        first: None,
+                    },
+                    Slot::Held(held) if held.fingerprint != req.fingerprint => {
+                        ClaimAnswer::Conflict {
+                            reason: ConflictReason::Arguments,
+                            first: None,
+                        }
+                    }
+                    Slot::Held(held) => {
+                        // Subscribing under the shard lock means a completion
+                        // after this point is always seen.
+                        let mut woken = held
+                            .wake
+                            .get_or_insert_with(|| watch::Sender::new(()))
+                            .subscribe();
+                        ClaimAnswer::InFlight(Wait::new(async move {
+                            let _ = woken.changed().await;
+                        }))
+                    }
+                };
+                (state, false)
+            }
+        };
+        if inserted {
+            self.note_insert();
+        }
+        state
+    }
+
+    pub(super) fn complete_now(&self, claim: &Claim, finished: Finished) -> StoreResult<()> {
+        let Some(mut slot) = self.slots.get_mut(&claim.key) else {
+            return Err(StoreError::LeaseLost);
+        };
+        let Slot::Held(held) = &*slot else {
+            return Err(StoreError::LeaseLost);
+        };
+        if held.owner != claim.owner || held.fence != claim.fence {
+            return Err(StoreError::LeaseLost);
+        }
+        let done = Done {
+            fence: held.fence,
+            tool: held.tool.clone(),
+            fingerprint: held.fingerprint,
+            finished,
+            expires_at: Instant::now() + claim.retention,
+        };
+        if let Slot::Held(held) = std::mem::replace(&mut *slot, Slot::Done(done)) {
+            held.wake();
+        }
+        Ok(())
+    }
+
+    pub(super) fn release_now(&self, claim: &Claim) -> StoreResult<()> {
+        let removed = self.slots.remove_if(&claim.key, |_, slot| {
+            matches!(slot, Slot::Held(held) if held.owner == claim.owner && held.fence == claim.fence)
+        });
+        match removed {
+            Some((_, Slot::Held(held))) => {
+                held.wake();
+                Ok(())
+            }
+            _ => Err(StoreError::LeaseLost),
+        }
+    }
+
+    /// Removes a finished record, or a held claim when forced. Here a held
+    /// claim's lease is always live: its holder is in this process.
+    pub(super) fn forget_now(&self, key: &Key, how: Forget) -> StoreResult<bool> {
+        let force = how == Forget::Force;
+        let removed = self
+            .slots
+            .remove_if(key, |_, slot| force || matches!(slot, Slot::Done(_)));
+        match removed {
+            Some((_, Slot::Held(held))) => {
+                held.wake();
+                Ok(true)
+            }
+            Some(_) => Ok(true),
+            None if self.slots.contains_key(key) => Err(StoreError::LiveClaim {
+                key: key.as_str().to_owned(),
+            }),
+            None => Ok(false),
+        }
+    }
+}
