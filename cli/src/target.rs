@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use idempotent_tools::store::SqliteStore;
 use idempotent_tools::store::postgres::PostgresStoreBuilder;
 use idempotent_tools::store::postgres::deadpool_postgres::{Manager, Pool, Runtime};
 use idempotent_tools::store::postgres::tokio_postgres::{Config, NoTls};
-use idempotent_tools::store::{PostgresStore, SqliteStore};
 use idempotent_tools::{Store, StoreError};
 
 use crate::error::CliError;
