@@ -28,6 +28,17 @@
 //! 2. Give the public type a field `Arc<TheBackend>` and implement
 //!    [`Durable`] for it: it then is a [`Store`](crate::Store).
 //! 3. Run the durable test suite against it.
+//!
+//! A Redis store, say, is a `Backend` whose steps each call one server-side
+//! script, whose `Subscription` is a pub/sub subscription taken before the
+//! claim, and whose `wait` wakes on it; the verdict on a found record, the
+//! owner and fence checks, the JSON check and the forwarding come from
+//! here.
+//!
+//! `Backend` and `Durable` are public in name only, in a private module:
+//! nothing outside the crate can name them, so they are sealed, and a
+//! store written outside the library implements `Store` directly (the
+//! example on [`Store`](crate::Store) compiles beside the blanket impl).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -99,10 +110,6 @@ pub struct Forgotten {
 }
 
 /// One durable store's steps, each atomic in its database.
-///
-/// The trait is public in name only: this module is private, so no one
-/// outside the crate can name it, and `impl Store` for a user's own type
-/// never meets it.
 pub trait Backend: Send + Sync + Sized + 'static {
     /// The store's kind as traces and metrics name it.
     const KIND: &'static str;

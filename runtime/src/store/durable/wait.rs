@@ -34,12 +34,19 @@ impl Backoff {
 /// A wake-up that may end a nap early: a completion or release seen in
 /// this process, or a notification from the server.
 pub(crate) trait Wakeup: Send {
+    /// Whether a wake-up means the claim waited on let go (a notification
+    /// for its key), so the waiter claims again without looking first; if
+    /// not (a wake-up for any key), the waiter looks.
+    const CONCLUSIVE: bool;
+
     /// Resolves when the claim waited on may have changed.
     fn woken(&mut self) -> impl Future<Output = ()> + Send;
 }
 
 /// No wake-up (`None`): only the timer ends a nap.
 impl<W: Wakeup> Wakeup for Option<W> {
+    const CONCLUSIVE: bool = W::CONCLUSIVE;
+
     async fn woken(&mut self) {
         match self {
             Some(wakeup) => wakeup.woken().await,
@@ -49,6 +56,8 @@ impl<W: Wakeup> Wakeup for Option<W> {
 }
 
 impl<W: Wakeup> Wakeup for &mut W {
+    const CONCLUSIVE: bool = W::CONCLUSIVE;
+
     fn woken(&mut self) -> impl Future<Output = ()> + Send {
         (**self).woken()
     }
@@ -56,21 +65,19 @@ impl<W: Wakeup> Wakeup for &mut W {
 
 /// Polls until `holder` no longer holds its claim (finished, released,
 /// taken over, or its lease ran out), or the store fails: either way the
-/// caller claims again and finds out which. A wake-up ends a nap early but
-/// is checked like any other look, unless `trust_wakeup` says a wake-up
-/// means the claim changed.
-pub(crate) async fn until_let_go<B: Backend>(
+/// caller claims again and finds out which. A wake-up ends a nap early; it
+/// ends the wait at once if it is [conclusive](Wakeup::CONCLUSIVE).
+pub(crate) async fn until_let_go<B: Backend, W: Wakeup>(
     backend: &B,
     holder: &Holder,
     mut lease_left: Duration,
     mut backoff: Backoff,
-    mut wakeup: impl Wakeup,
-    trust_wakeup: bool,
+    mut wakeup: W,
 ) {
     loop {
         let nap = backoff.nap(lease_left);
         tokio::select! {
-            () = wakeup.woken() => if trust_wakeup { return },
+            () = wakeup.woken() => if W::CONCLUSIVE { return },
             () = tokio::time::sleep(nap) => {}
         }
         match backend.held_by(holder).await {

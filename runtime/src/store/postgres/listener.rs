@@ -147,6 +147,8 @@ impl KeyWatch {
 }
 
 impl Wakeup for KeyWatch {
+    const CONCLUSIVE: bool = true;
+
     fn woken(&mut self) -> impl Future<Output = ()> + Send {
         self.changed()
     }

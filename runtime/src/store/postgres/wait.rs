@@ -52,12 +52,12 @@ pub(super) fn wait_on(
                     }
                 } else {
                     let woken = Some(&mut woken);
-                    wait::until_let_go(&*inner, &holder, lease_left, backoff, woken, true).await;
+                    wait::until_let_go(&*inner, &holder, lease_left, backoff, woken).await;
                 }
             }
             None => {
                 let woken: Option<KeyWatch> = None;
-                wait::until_let_go(&*inner, &holder, lease_left, backoff, woken, true).await;
+                wait::until_let_go(&*inner, &holder, lease_left, backoff, woken).await;
             }
         }
     })

@@ -74,6 +74,8 @@ impl Inner {
 pub struct Settled(watch::Receiver<u64>);
 
 impl Wakeup for Settled {
+    const CONCLUSIVE: bool = false;
+
     async fn woken(&mut self) {
         // The sender lives in the store's state, which the waiter holds.
         if self.0.changed().await.is_err() {
@@ -137,7 +139,7 @@ impl Backend for Inner {
     fn wait(self: Arc<Self>, settled: Settled, holder: Holder, lease_left: Duration) -> Wait {
         Wait::new(async move {
             let backoff = Backoff::new(self.poll_first, self.poll_max);
-            wait::until_let_go(&*self, &holder, lease_left, backoff, settled, false).await;
+            wait::until_let_go(&*self, &holder, lease_left, backoff, settled).await;
         })
     }
 
