@@ -70,6 +70,13 @@ pub enum KeyTextProblem {
     /// Every key holds at least one non-empty part.
     #[error("it is empty; a key holds at least one value")]
     Empty,
+    /// Literal text alone: every key holds at least one value, written as
+    /// letters, digits, `-_.~` or escapes.
+    #[error(
+        "it holds no value, only separators; a key holds at least one value, written as \
+         letters, digits, `-`, `_`, `.`, `~` or `%` escapes"
+    )]
+    NoValue,
     /// `<` or `>`, which mark a template's placeholders and never stay in a key.
     #[error(
         "`{ch}` at byte {at} marks a placeholder, which a rendered key has filled in; \

@@ -107,7 +107,8 @@ impl Key {
     /// Reads a key from its text, as [`Key::as_str`] wrote it: what an
     /// operator types, or a key kept outside a store.
     ///
-    /// The text must be one a template could render: no `<` or `>`, and
+    /// The text must be one a template could render: at least one value
+    /// (a letter, a digit, `-_.~` or an escape), no `<` or `>`, and
     /// every `%` the start of an upper-case escape of a byte that a value
     /// could not write as it is, the escapes of each value spelling UTF-8.
     /// Text outside that form would name an action no tool ever claims, or

@@ -20,7 +20,9 @@ pub(super) fn check(text: &str) -> Result<(), KeyTextProblem> {
     let mut escaped: Vec<u8> = Vec::new();
     let mut run_start = 0;
     let mut at = 0;
+    let mut any_value = false;
     while let Some(&b) = bytes.get(at) {
+        any_value |= b == b'%' || is_unreserved(b);
         if b == b'%' {
             let byte = escape(bytes, at)?;
             if escaped.is_empty() {
@@ -39,7 +41,11 @@ pub(super) fn check(text: &str) -> Result<(), KeyTextProblem> {
         }
         at += 1;
     }
-    end_of_run(&mut escaped, run_start)
+    end_of_run(&mut escaped, run_start)?;
+    if !any_value {
+        return Err(KeyTextProblem::NoValue);
+    }
+    Ok(())
 }
 
 /// The byte the escape at `at` spells.
@@ -96,6 +102,8 @@ mod tests {
         use KeyTextProblem::*;
         for (text, problem) in [
             ("", Empty),
+            (":/:", NoValue),
+            ("é", NoValue),
             ("run:<order_id>", Reserved { at: 4, ch: '<' }),
             ("run>", Reserved { at: 3, ch: '>' }),
             ("50%", BrokenEscape { at: 2 }),
