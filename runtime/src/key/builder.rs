@@ -179,6 +179,24 @@ mod tests {
     }
 
     #[test]
+    fn a_proven_literal_renders_and_separates_as_a_checked_one() {
+        let checked = Key::builder()
+            .part("a", "1")
+            .and_then(|b| b.literal(":refund:"))
+            .and_then(|b| b.part("b", "2"))
+            .and_then(KeyBuilder::finish)
+            .unwrap();
+        let proven = Key::builder()
+            .part("a", "1")
+            .unwrap()
+            .proven_literal(":refund:")
+            .part("b", "2")
+            .and_then(KeyBuilder::finish)
+            .unwrap();
+        assert_eq!(proven, checked);
+    }
+
+    #[test]
     fn a_key_without_parts_is_refused() {
         let b = Key::builder().literal("refund").unwrap();
         assert!(matches!(b.finish(), Err(Error::Key(KeyError::NoParts))));

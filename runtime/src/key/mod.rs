@@ -141,7 +141,10 @@ impl Key {
 
     /// Rebuilds a key from text a store recorded earlier with [`Key::as_str`],
     /// unchecked: the store wrote it from a key this library rendered.
-    #[allow(dead_code, reason = "used by the durable stores only")]
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        expect(dead_code, reason = "used by the durable stores only")
+    )]
     pub(crate) fn from_recorded(text: &str) -> Key {
         Key(Arc::from(text))
     }
