@@ -10,6 +10,7 @@ use syn::Type;
 
 use crate::errors::Errors;
 use crate::item::Item;
+use crate::krate::Krate;
 use crate::options::{self, Options};
 use crate::params::{self, Params};
 use crate::resolve::{self, KeyPlan};
@@ -18,6 +19,8 @@ use crate::template::{self, Segment, Template};
 
 /// A guarded function, read and checked.
 pub struct Input {
+    /// The facade's path, as the user's crate names it.
+    pub krate: Krate,
     /// The attribute's options.
     pub options: Options,
     /// The function, with the parameter markers taken off.
@@ -47,6 +50,7 @@ impl Input {
             .map(|(lit, t)| resolve::plan(t, &params, &item.sig.ident, lit, errors));
         item.strip_markers();
         Input {
+            krate: Krate::find(),
             options,
             item,
             params,

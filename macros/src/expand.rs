@@ -24,7 +24,7 @@ use crate::instrumented;
 use crate::item::{Body, Item};
 use crate::krate::Krate;
 use crate::options::{Options, Takeover};
-use crate::params::{Params, Role};
+use crate::params::Role;
 use crate::resolve::{KeyPlan, PlanPart};
 use crate::signature;
 
@@ -67,7 +67,7 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
 
 /// The body of a refused function. It never runs: the crate does not build.
 fn refused_body(input: &Input, body: &Group) -> TokenStream {
-    let krate = Krate::find();
+    let krate = &input.krate;
     let keyed = input.keyed();
     // The arguments the key and the fingerprint would have read count as
     // used, so that the refusal adds no warnings of its own.
@@ -111,9 +111,11 @@ fn refused_body(input: &Input, body: &Group) -> TokenStream {
 
 fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> TokenStream {
     let Input {
-        options, params, ..
+        options,
+        params,
+        krate,
+        ..
     } = input;
-    let krate = Krate::find();
     let Body { inner_attrs, block } = Body::split(body);
     let def = Span::mixed_site();
     let call = Ident::new("__idempotent_call", def);
@@ -156,9 +158,9 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
             quote_spanned!(def=> .arg(#name, #check)?)
         });
 
-    let tool = tool_identity(options, params, &input.item.sig.ident, def);
+    let tool = tool_identity(input, def);
 
-    let options = call_options(options, def);
+    let options = call_options(options, krate, def);
     // The call that carries every bound on the tool's types is located at
     // its return type, so that a bound that fails is reported there once.
     let at_ret = krate.private_at(ret_span);
@@ -194,8 +196,14 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
 /// where the type is read from `Self` at run time (once per call site), since
 /// two types in one module may each guard a method of one name: `Tool::call`
 /// of a refund and of a cancel must never replay each other.
-fn tool_identity(options: &Options, params: &Params, fn_name: &Ident, def: Span) -> TokenStream {
-    let krate = Krate::find();
+fn tool_identity(input: &Input, def: Span) -> TokenStream {
+    let Input {
+        options,
+        params,
+        krate,
+        ..
+    } = input;
+    let fn_name = &input.item.sig.ident;
     if let Some(tool) = &options.tool {
         return quote!(#tool);
     }
@@ -214,8 +222,7 @@ fn tool_identity(options: &Options, params: &Params, fn_name: &Ident, def: Span)
 }
 
 /// The call site's policy, as builder calls on `idempotent_tools::Call`.
-fn call_options(options: &Options, def: Span) -> TokenStream {
-    let krate = Krate::find();
+fn call_options(options: &Options, krate: &Krate, def: Span) -> TokenStream {
     let mut out = TokenStream::new();
     if let Some(store) = &options.store {
         out.extend(quote!(.store(#store)));
