@@ -1,6 +1,6 @@
 //! Keys are injective, bounded for providers, and stable.
 
-use idempotent_tools::{Error, Key, KeyError, PROVIDER_KEY_MAX};
+use idempotent_tools::{Error, Key, KeyError, KeyTextProblem, PROVIDER_KEY_MAX};
 use proptest::prelude::*;
 
 fn refund_key(run: &str, order: &str, line: u32) -> Result<Key, Error> {
@@ -23,6 +23,28 @@ proptest! {
         let kb = refund_key(&b.0, &b.1, b.2).expect("key b");
         prop_assert_eq!(a == b, ka == kb);
         prop_assert_eq!(a == b, ka.provider_key() == kb.provider_key());
+    }
+
+    #[test]
+    fn every_rendered_key_reads_back_as_itself(
+        run in "\\PC{1,12}",
+        order in "[a-z0-9:/%<>é\\-_.~ ]{1,12}",
+        line in any::<u32>(),
+    ) {
+        let key = refund_key(&run, &order, line).expect("key");
+        prop_assert_eq!(Key::parse(key.as_str()), Ok(key));
+    }
+
+    /// Text that is not a rendered key never reads as a key: what parses is
+    /// exactly what the builder writes, so a key read back names the same
+    /// action as the key it was printed from.
+    #[test]
+    fn text_that_parses_is_the_key_of_its_own_decoded_values(text in "[a-z:%0-9A-F<>é]{1,16}") {
+        if let Ok(key) = Key::parse(&text) {
+            // Re-render the text as literals and values: each run of escapes
+            // and unreserved characters is one value, decoded and escaped again.
+            prop_assert_eq!(rerender(&text), key.as_str());
+        }
     }
 
     #[test]
@@ -82,4 +104,80 @@ fn long_keys_keep_a_readable_prefix_and_a_hash() {
     assert_eq!(provider.len(), PROVIDER_KEY_MAX);
     assert!(provider.starts_with("run-1:refund:999"));
     assert!(provider.contains("%~"));
+}
+
+/// Renders `text` again through the builder: every maximal run of escapes
+/// and unreserved bytes is taken as one value, decoded, and escaped again;
+/// everything else is a literal.
+fn rerender(text: &str) -> String {
+    let unreserved = |c: char| c.is_ascii_alphanumeric() || "-_.~".contains(c);
+    let mut builder = Key::builder();
+    let mut value: Vec<u8> = Vec::new();
+    let mut literal = String::new();
+    let mut chars = text.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        if c == '%' || unreserved(c) {
+            if !literal.is_empty() {
+                builder = builder
+                    .literal(&std::mem::take(&mut literal))
+                    .expect("literal");
+            }
+            if c == '%' {
+                let byte = u8::from_str_radix(&text[at + 1..at + 3], 16).expect("hex");
+                chars.next();
+                chars.next();
+                value.push(byte);
+            } else {
+                value.push(c as u8);
+            }
+        } else {
+            if !value.is_empty() {
+                let part = String::from_utf8(std::mem::take(&mut value)).expect("utf-8");
+                builder = builder.part("value", &part).expect("part");
+            }
+            literal.push(c);
+        }
+    }
+    if !value.is_empty() {
+        let part = String::from_utf8(value).expect("utf-8");
+        builder = builder.part("value", &part).expect("part");
+    }
+    if !literal.is_empty() {
+        builder = builder.literal(&literal).expect("literal");
+    }
+    builder.finish().expect("key").as_str().to_owned()
+}
+
+#[test]
+fn text_no_template_renders_is_refused_and_says_why() {
+    for (text, problem) in [
+        (
+            "run-1:refund:<order_id>",
+            KeyTextProblem::Reserved { at: 13, ch: '<' },
+        ),
+        ("run-1:refund:50%", KeyTextProblem::BrokenEscape { at: 15 }),
+        (
+            "run-1:refund:%3a",
+            KeyTextProblem::LowerCaseEscape { at: 13 },
+        ),
+        (
+            "run-1:refund:%31",
+            KeyTextProblem::NeedlessEscape { at: 13, ch: '1' },
+        ),
+        (" : / ", KeyTextProblem::NoValue),
+    ] {
+        let err = Key::parse(text).expect_err(text);
+        assert_eq!(
+            err,
+            KeyError::Unrenderable {
+                text: text.to_owned(),
+                problem,
+            }
+        );
+        assert!(
+            err.to_string()
+                .starts_with(&format!("`{text}` is not a key")),
+            "{err}"
+        );
+    }
 }

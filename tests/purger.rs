@@ -249,14 +249,15 @@ async fn on_a_sqlite_file_expired_records_go_and_a_held_claim_stays() {
         lease: Duration::from_secs(300),
         retention,
     };
-    let held: &'static Key = Box::leak(Box::new(Key::from_recorded("run-1:refund:held")));
+    let held: &'static Key = Box::leak(Box::new(Key::parse("run-1:refund:held").expect("a key")));
     assert!(matches!(
         store.claim(request(held, Duration::ZERO)).await,
         Ok(ClaimAnswer::Claimed(_))
     ));
     for n in 0..3 {
-        let key: &'static Key =
-            Box::leak(Box::new(Key::from_recorded(&format!("run-1:refund:{n}"))));
+        let key: &'static Key = Box::leak(Box::new(
+            Key::parse(&format!("run-1:refund:{n}")).expect("a key"),
+        ));
         let Ok(ClaimAnswer::Claimed(claim)) = store.claim(request(key, Duration::ZERO)).await
         else {
             panic!("a fresh claim");

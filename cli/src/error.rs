@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use idempotent_tools::StoreError;
 use idempotent_tools::store::postgres::tokio_postgres;
+use idempotent_tools::{KeyError, StoreError};
 
 /// The exit codes scripts can rely on (listed in `--help`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +77,9 @@ pub enum CliError {
         #[source]
         source: StoreError,
     },
+    /// The key given is not one a template renders, so no record is under it.
+    #[error(transparent)]
+    BadKey(KeyError),
     /// No record under the key.
     #[error("no record under key `{0}`")]
     NotFound(String),
@@ -122,6 +125,7 @@ impl CliError {
             | CliError::MissingSchema { .. }
             | CliError::AmbiguousDigest { .. }
             | CliError::BadDigest(_)
+            | CliError::BadKey(_)
             | CliError::NoTerminal => Exit::Usage,
             CliError::NotFound(_) | CliError::DigestNotFound(_) => Exit::NotFound,
             CliError::LiveClaim { .. } | CliError::Declined(_) => Exit::Refused,
@@ -171,6 +175,10 @@ impl CliError {
                     .into()
             }
             CliError::AmbiguousDigest { .. } => "give more hex digits of the digest".into(),
+            CliError::BadKey(_) => "give the key in full, as `idempotent-tools list` prints it \
+                (in quotes, for the shell), or find the record by the digest traces print, \
+                with `--digest HEX`"
+                .into(),
             CliError::BadDigest(_) => "give the `key` field of a trace, such as \
                 `idempotent-tools show --digest 3f2a9c41d07b5e88`"
                 .into(),

@@ -276,7 +276,7 @@ async fn show(store: &dyn Store, args: ShowArgs, out: &mut impl Write) -> Result
         (key, None) => {
             let key = key.unwrap_or_default();
             store
-                .inspect(&Key::from_recorded(&key))
+                .inspect(&Key::parse(&key).map_err(CliError::BadKey)?)
                 .await
                 .map_err(failed("read the record"))?
                 .ok_or(CliError::NotFound(key))?
@@ -324,7 +324,7 @@ async fn by_digest(store: &dyn Store, prefix: &str) -> Result<Record, CliError> 
 }
 
 async fn forget(store: &dyn Store, args: ForgetArgs, out: &mut impl Write) -> Result<(), CliError> {
-    let key = Key::from_recorded(&args.key);
+    let key = Key::parse(&args.key).map_err(CliError::BadKey)?;
     let record = store
         .inspect(&key)
         .await

@@ -81,7 +81,7 @@ fn fresh_run() -> String {
 }
 
 fn key(run: &str, name: &str) -> Key {
-    Key::from_recorded(&format!("{run}:refund:{name}"))
+    Key::parse(&format!("{run}:refund:{name}")).expect("a key as a template renders it")
 }
 
 async fn claim(store: &dyn Store, key: &Key, tool: &ToolId, lease: Duration, keep: Duration) {
@@ -477,6 +477,29 @@ async fn bad_arguments_are_bad_usage() {
     assert!(none.stderr.contains("no store given"), "{}", none.stderr);
 }
 
+async fn text_that_is_no_key_is_bad_usage_and_says_why() {
+    let (_dir, path, _store) = sqlite_file();
+    let target = text(&path);
+    for args in [
+        ["show", "run-1:refund:<order_id>"],
+        ["forget", "run-1:refund:50%"],
+    ] {
+        let out = cli(&target, &args).expect(2);
+        assert!(
+            out.stderr.contains("is not a key that a template renders"),
+            "{}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains("help: give the key in full"),
+            "{}",
+            out.stderr
+        );
+        // The reason is printed once, not again as a cause.
+        assert!(!out.stderr.contains("caused by"), "{}", out.stderr);
+    }
+}
+
 // ------------------------------------------------------------------- Postgres
 
 /// A schema of its own on the server, dropped when this is, and a URL whose
@@ -634,6 +657,7 @@ fn main() {
         a_database_without_the_schema_is_bad_usage_and_gets_none,
         a_file_that_is_not_a_database_fails_and_says_why,
         bad_arguments_are_bad_usage,
+        text_that_is_no_key_is_bad_usage_and_says_why,
         an_unreachable_server_fails_and_says_what_to_check,
         a_password_in_the_url_never_reaches_a_message,
     );

@@ -13,145 +13,110 @@
 //! Internal names are hygienic (`Span::mixed_site`), so arguments named
 //! `key`, `store`, `guard` or `__x` are the user's own.
 
-use proc_macro2::{Delimiter, Group, Span, TokenStream};
+use proc_macro2::{Group, Span, TokenStream};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{Ident, ItemFn, LitStr, Type};
+use syn::{Ident, LitStr, Type};
 
-use crate::args::{self, Args, Takeover};
+use crate::ast::Input;
 use crate::errors::Errors;
-use crate::item::{self, FnTokens};
+use crate::instrumented;
+use crate::item::{Body, Item};
 use crate::krate::Krate;
-use crate::params::{self, Params, Role};
-use crate::template::{self, Segment};
-use crate::validate::{self, Key, Part};
+use crate::options::{Options, Takeover};
+use crate::params::Role;
+use crate::resolve::{KeyPlan, PlanPart};
+use crate::signature;
 
 /// The whole attribute: checks everything, then writes the function, or the
 /// errors next to the unchanged function so that call sites still resolve.
 pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
-    let mut tokens = FnTokens::new(item.clone());
-    tokens.strip_markers();
-
-    let func: ItemFn = match syn::parse2(item) {
-        Ok(func) => func,
+    let parsed: Item = match syn::parse2(item.clone()) {
+        Ok(parsed) => parsed,
         Err(_) => {
             errors.add(
                 Span::call_site(),
                 "`#[idempotent]` goes on an `async fn` with a body: a free function or a method",
             );
             let errors = errors.to_compile_errors();
-            let item = tokens.into_tokens();
             return quote!(#errors #item);
         }
     };
+    let input = Input::read(args, parsed, &mut errors);
 
-    let args = args::parse(args, &mut errors);
-    let params = params::read(&func.sig, &mut errors);
-    let ret = validate::signature(&func.sig, &mut errors);
-    let template = args
-        .key
-        .as_ref()
-        .map(|lit| (lit, template::parse(lit, &mut errors)));
-    let key = template
-        .as_ref()
-        .map(|(lit, t)| validate::key(t, &params, &func.sig.ident, lit, &mut errors));
-
-    let Some(outer) = tokens.body().cloned() else {
-        let errors = errors.to_compile_errors();
-        let item = tokens.into_tokens();
-        return quote!(#errors #item);
-    };
     // Under `#[tracing::instrument]`, the user's block inside its rewriting.
-    let instrumented = item::instrumented_block(&outer);
-    let body = instrumented.as_ref().unwrap_or(&outer);
-    let with_body = |tokens: FnTokens, new: TokenStream| match &instrumented {
-        Some(_) => tokens.with_body(item::replace_instrumented_block(&outer, new)),
-        None => tokens.with_body(new),
+    let outer = &input.item.body;
+    let instrumented = instrumented::user_block(outer);
+    let body = instrumented.as_ref().unwrap_or(outer);
+    let body = match (&input.ret, &input.plan, errors.is_empty()) {
+        (Some(ret), Some(plan), true) => guarded_body(&input, plan, ret, body),
+        // Refused: the errors, next to the function with a body that is
+        // checked as a guarded body would be, so that it gets its own errors
+        // and no others, and call sites still resolve.
+        _ => refused_body(&input, body),
     };
-    if let (Some(ret), Some(key), true) = (ret, &key, errors.is_empty()) {
-        let body = guarded_body(&args, &params, key, ret, &func.sig.ident, body);
-        return with_body(tokens, body);
-    }
-
-    // Refused: the errors, next to the function with a body that is checked
-    // as a guarded body would be, so that it gets its own errors and no
-    // others, and call sites still resolve.
-    let keyed: Vec<&str> = template
-        .iter()
-        .flat_map(|(_, t)| &t.segments)
-        .filter_map(|segment| match segment {
-            Segment::Placeholder(p) => Some(p.root.as_str()),
-            Segment::Literal(_) => None,
-        })
-        .collect();
-    let body = refused_body(&func, &params, &keyed, body);
+    let body = match instrumented {
+        Some(_) => instrumented::replace_user_block(outer, body),
+        None => body,
+    };
     let errors = errors.to_compile_errors();
-    let item = with_body(tokens, body);
+    let item = input.item.with_body(body);
     quote!(#errors #item)
 }
 
 /// The body of a refused function. It never runs: the crate does not build.
-fn refused_body(func: &ItemFn, params: &Params, keyed: &[&str], body: &Group) -> TokenStream {
-    let krate = Krate::find();
+fn refused_body(input: &Input, body: &Group) -> TokenStream {
+    let krate = &input.krate;
+    let keyed = input.keyed();
     // The arguments the key and the fingerprint would have read count as
     // used, so that the refusal adds no warnings of its own.
-    let used = params
+    let used = input
+        .params
         .bindings
         .iter()
         .filter(|b| b.role == Role::Plain || keyed.iter().any(|k| b.ident == k))
         .map(|b| &b.ident);
     let used = quote!(#(let _ = &#used;)*);
-    let (inner_attrs, block) = split_body(body);
-    let typed = match validate::body_type(&func.sig) {
+    let Body { inner_attrs, block } = Body::split(body);
+    let sig = &input.item.sig;
+    let typed = match signature::body_type(sig) {
         Some((ret, asyncness)) => {
             let ret_span = ret.span();
             let ret = respan(ret.to_token_stream(), ret_span);
-            let krate = krate.at(ret_span);
+            let private = krate.private_at(ret_span);
             Some(if asyncness {
                 quote_spanned!(ret_span=>
-                    #krate::__private::unguarded::<#ret, _>(async move #block).await
+                    #private::unguarded::<#ret, _>(async move #block).await
                 )
             } else {
                 quote_spanned!(ret_span=>
-                    #krate::__private::unguarded_sync::<#ret, _>(move || #block)
+                    #private::unguarded_sync::<#ret, _>(move || #block)
                 )
             })
         }
         // A plain `fn` whose body cannot be checked, such as one `#[tool]`
         // has boxed: its body was written for the guard, so checking it
         // against the boxed type would only add errors.
-        None if func.sig.asyncness.is_none() => Some(quote!(::core::unreachable!())),
+        None if sig.asyncness.is_none() => Some(quote!(::core::unreachable!())),
         None => None,
     };
     let body = typed.unwrap_or_else(|| block.stream());
     quote! {
-        #inner_attrs
+        #(#inner_attrs)*
         #used
         #body
     }
 }
 
-/// Inner attributes, which stay at the top of the function, and the rest of
-/// the body in braces of the original span.
-fn split_body(body: &Group) -> (TokenStream, Group) {
-    let (inner_attrs, stmts) = item::inner_attributes(body.stream());
-    // The body keeps its braces' span, so errors about its value point there.
-    let mut block = Group::new(Delimiter::Brace, stmts);
-    block.set_span(body.span());
-    (inner_attrs, block)
-}
-
-fn guarded_body(
-    args: &Args,
-    params: &Params,
-    key: &Key,
-    ret: &Type,
-    fn_name: &Ident,
-    body: &Group,
-) -> TokenStream {
-    let krate = Krate::find();
-    let (inner_attrs, block) = split_body(body);
+fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> TokenStream {
+    let Input {
+        options,
+        params,
+        krate,
+        ..
+    } = input;
+    let Body { inner_attrs, block } = Body::split(body);
     let def = Span::mixed_site();
     let call = Ident::new("__idempotent_call", def);
     let key_var = Ident::new("__idempotent_key", def);
@@ -159,56 +124,63 @@ fn guarded_body(
     let ret_span = ret.span();
     let ret = respan(ret.to_token_stream(), ret_span);
 
-    let key_span = args.key.as_ref().map_or(Span::call_site(), |k| {
+    let key_span = options.key.as_ref().map_or(Span::call_site(), |k| {
         Span::call_site().located_at(k.span())
     });
-    let key_steps = key.parts.iter().map(|part| match part {
-        Part::Literal(text) => quote_spanned!(def=> .literal(#text)?),
-        Part::RunScope => quote_spanned!(def=> .run()?),
-        Part::Value { name, value } => {
-            let krate = krate.at(key_span);
-            let check = quote_spanned!(key_span=> #krate::__private::key_part(&#value));
-            quote_spanned!(def=> .part(#name, #check)?)
-        }
-    });
+    // Literals were proven to keep the key injective while the crate
+    // compiled, so the call appends them unchecked.
+    let at_def = krate.at(def);
+    let private = krate.private_at(def);
+    let key = plan.parts.iter().fold(
+        quote_spanned!(def=> #at_def::Key::builder()),
+        |key, part| match part {
+            PlanPart::Literal(text) => quote_spanned!(def=> #private::proven_literal(#key, #text)),
+            PlanPart::RunScope => quote_spanned!(def=> #key.run()?),
+            PlanPart::Value { name, value } => {
+                let private = krate.private_at(key_span);
+                let check = quote_spanned!(key_span=> #private::key_part(&#value));
+                quote_spanned!(def=> #key.part(#name, #check)?)
+            }
+        },
+    );
 
     let fingerprint_steps = params
         .bindings
         .iter()
-        .filter(|b| b.role == Role::Plain && !key.keyed_whole.iter().any(|k| b.ident == k))
+        .filter(|b| b.role == Role::Plain && !plan.keyed_whole.iter().any(|k| b.ident == k))
         .map(|b| {
             let name = b.ident.to_string();
             let name = name.strip_prefix("r#").unwrap_or(&name);
             let at = Span::call_site().located_at(b.type_span);
             let ident = &b.ident;
-            let krate = krate.at(at);
-            let check = quote_spanned!(at=> #krate::__private::fingerprinted(&#ident));
+            let private = krate.private_at(at);
+            let check = quote_spanned!(at=> #private::fingerprinted(&#ident));
             quote_spanned!(def=> .arg(#name, #check)?)
         });
 
-    let tool = tool_identity(args, params, fn_name, def);
+    let tool = tool_identity(input, def);
 
-    let options = options(args, def);
+    let options = call_options(options, krate, def);
     // The call that carries every bound on the tool's types is located at
     // its return type, so that a bound that fails is reported there once.
-    let at_ret = krate.at(ret_span);
-    let run = if args.record_errors {
-        quote_spanned!(ret_span=> #at_ret::__private::run_recording_errors::<#ret, _>)
+    let at_ret = krate.private_at(ret_span);
+    let run = if input.options.record_errors {
+        quote_spanned!(ret_span=> #at_ret::run_recording_errors::<#ret, _>)
     } else {
-        quote_spanned!(ret_span=> #at_ret::__private::run::<#ret, _>)
+        quote_spanned!(ret_span=> #at_ret::run::<#ret, _>)
     };
-    let krate = krate.at(def);
+    let krate = at_def;
     let run = quote_spanned!(ret_span=>
-        #at_ret::__private::wrap::<#ret>(#run(#call, async move #block).await)
+        #at_ret::wrap::<#ret>(#run(#call, async move #block).await)
     );
 
     // The call is prepared in a statement of its own: the closure's borrows
     // of the arguments end there, before the body moves them, and nothing
     // of it is held across an `.await`.
     quote_spanned! {def=>
-        #inner_attrs
+        #(#inner_attrs)*
         let #call = (|| -> ::core::result::Result<#krate::Call, #krate::Error> {
-            let #key_var = #krate::Key::builder() #(#key_steps)* .finish()?;
+            let #key_var = #key.finish()?;
             ::core::result::Result::Ok(
                 #krate::Call::new(#tool, #key_var)
                     .fingerprint(#krate::Fingerprint::builder() #(#fingerprint_steps)* .finish())
@@ -224,9 +196,15 @@ fn guarded_body(
 /// where the type is read from `Self` at run time (once per call site), since
 /// two types in one module may each guard a method of one name: `Tool::call`
 /// of a refund and of a cancel must never replay each other.
-fn tool_identity(args: &Args, params: &Params, fn_name: &Ident, def: Span) -> TokenStream {
-    let krate = Krate::find();
-    if let Some(tool) = &args.tool {
+fn tool_identity(input: &Input, def: Span) -> TokenStream {
+    let Input {
+        options,
+        params,
+        krate,
+        ..
+    } = input;
+    let fn_name = &input.item.sig.ident;
+    if let Some(tool) = &options.tool {
         return quote!(#tool);
     }
     let name = fn_name.to_string();
@@ -235,25 +213,24 @@ fn tool_identity(args: &Args, params: &Params, fn_name: &Ident, def: Span) -> To
         return quote_spanned!(def=> ::core::concat!(::core::module_path!(), "::", #name));
     }
     let site = Ident::new("__IDEMPOTENT_TOOL", def);
-    let krate = krate.at(def);
+    let private = krate.private_at(def);
     quote_spanned! {def=> {
-        static #site: #krate::__private::MethodTool =
-            #krate::__private::MethodTool::new(::core::module_path!(), #name);
+        static #site: #private::MethodTool =
+            #private::MethodTool::new(::core::module_path!(), #name);
         #site.get(::core::any::type_name::<Self>())
     }}
 }
 
 /// The call site's policy, as builder calls on `idempotent_tools::Call`.
-fn options(args: &Args, def: Span) -> TokenStream {
-    let krate = Krate::find();
+fn call_options(options: &Options, krate: &Krate, def: Span) -> TokenStream {
     let mut out = TokenStream::new();
-    if let Some(store) = &args.store {
+    if let Some(store) = &options.store {
         out.extend(quote!(.store(#store)));
     }
     for (method, duration) in [
-        ("retention", &args.retention),
-        ("wait", &args.wait),
-        ("lease", &args.lease),
+        ("retention", &options.retention),
+        ("wait", &options.wait),
+        ("lease", &options.lease),
     ] {
         if let Some(duration) = duration {
             let method = Ident::new(method, def);
@@ -264,7 +241,7 @@ fn options(args: &Args, def: Span) -> TokenStream {
             ));
         }
     }
-    if let Some(takeover) = args.takeover {
+    if let Some(takeover) = options.takeover {
         let variant = match takeover {
             Takeover::Rerun => quote!(Rerun),
             Takeover::ReportUnknown => quote!(ReportUnknown),
@@ -272,10 +249,10 @@ fn options(args: &Args, def: Span) -> TokenStream {
         let krate = krate.at(def);
         out.extend(quote_spanned!(def=> .takeover(#krate::Takeover::#variant)));
     }
-    if let Some(note) = &args.note {
+    if let Some(note) = &options.note {
         out.extend(quote_spanned!(def=> .replay_note(#note)));
     }
-    if let Some(note) = &args.conflict_note {
+    if let Some(note) = &options.conflict_note {
         out.extend(quote_spanned!(def=> .conflict_note(#note)));
     }
     out

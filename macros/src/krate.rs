@@ -8,6 +8,12 @@ use syn::Ident;
 /// The facade's name on crates.io.
 const FACADE: &str = "idempotent-tools";
 
+/// The runtime module the expansion calls into, named for this release
+/// (`__private` and the major and minor version), so that a facade of
+/// another release has no such module and the pair fails to compile rather
+/// than misbehave. The runtime declares it under the same name.
+const PRIVATE: &str = "__private0_1";
+
 /// The facade's name as the user's crate knows it: `idempotent_tools`, or
 /// the name the user's Cargo.toml gives the dependency (`tools = { package =
 /// "idempotent-tools", .. }` gives `tools`), so a renamed dependency keeps
@@ -29,13 +35,26 @@ impl Krate {
     /// error in the path it starts is reported at one place.
     pub fn at(&self, span: Span) -> TokenStream {
         let mut path = TokenStream::new();
-        let mut colons = Punct::new(':', Spacing::Joint);
-        colons.set_span(span);
-        path.append(colons);
-        let mut colon = Punct::new(':', Spacing::Alone);
-        colon.set_span(span);
-        path.append(colon);
-        path.append(Ident::new(&self.0, span));
+        push_segment(&mut path, &self.0, span);
         path
     }
+
+    /// `::name::__private0_1`, spanned at `span`: the path of the
+    /// functions and traits the expansion calls into.
+    pub fn private_at(&self, span: Span) -> TokenStream {
+        let mut path = self.at(span);
+        push_segment(&mut path, PRIVATE, span);
+        path
+    }
+}
+
+/// Appends `::name` to a path, every token at `span`.
+fn push_segment(path: &mut TokenStream, name: &str, span: Span) {
+    let mut colons = Punct::new(':', Spacing::Joint);
+    colons.set_span(span);
+    path.append(colons);
+    let mut colon = Punct::new(':', Spacing::Alone);
+    colon.set_span(span);
+    path.append(colon);
+    path.append(Ident::new(name, span));
 }

@@ -7,26 +7,33 @@
 //! key that could split one ask into two actions (free text, a tool-call id)
 //! or merge two asks into one (a fixed key) never builds.
 //!
-//! The work flows one way: `args` reads the attribute's options,
-//! `template` reads the key template, `params` reads the function's
-//! parameters, `validate` applies the rules, and `expand` writes the
-//! tokens. `item` keeps the user's tokens as they were, and
-//! `key_part` is the derive.
+//! The work flows one way, over one value (`ast::Input`): `options` reads
+//! the attribute's options (`values` their values), `item` parses the
+//! function once and keeps its body as tokens, `params` reads the
+//! parameters, `signature` checks what the function returns, `template`
+//! reads the key template, `resolve` turns its placeholders into a plan of
+//! the key, refusing what may not be keyed, and `expand` writes the tokens.
+//! `instrumented` finds the user's block under `#[tracing::instrument]`,
+//! and `key_part` is the derive.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 use proc_macro::TokenStream;
 
-mod args;
+mod ast;
 mod errors;
 mod expand;
+mod instrumented;
 mod item;
 mod key_part;
 mod krate;
+mod options;
 mod params;
+mod resolve;
+mod signature;
 mod suggest;
 mod template;
-mod validate;
+mod values;
 
 /// Runs an async tool's action once per ask, however many times it is
 /// called.

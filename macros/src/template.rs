@@ -44,7 +44,8 @@ impl Placeholder {
 
 /// Whether a character separates: anything but what a key part writes
 /// unescaped (ASCII letters and digits, `-`, `_`, `.`, `~`). The same rule as
-/// the runtime's `KeyBuilder`.
+/// the runtime's `KeyBuilder` (its `key::is_unreserved`); the tests below
+/// check that the two agree.
 fn is_separator(c: char) -> bool {
     !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~'))
 }
@@ -318,6 +319,37 @@ mod tests {
         let (t, ok) = parse_str("<run>:refund:<args.order_id>");
         assert!(ok);
         assert_eq!(texts(&t), ["<run>", "':refund:'", "<args.order_id>"]);
+    }
+
+    #[test]
+    fn the_separator_rule_is_the_runtimes_for_every_char() {
+        for c in (0..=u32::from(char::MAX)).filter_map(char::from_u32) {
+            let runtime = idempotent_tools::__private0_1::separates(c.encode_utf8(&mut [0; 4]));
+            assert_eq!(is_separator(c), runtime, "{c:?}");
+        }
+    }
+
+    /// What the runtime's builder makes of `<a>` `literal` `<b>`.
+    fn runtime_accepts(literal: &str) -> bool {
+        idempotent_tools::Key::builder()
+            .part("a", "1")
+            .and_then(|key| key.literal(literal))
+            .and_then(|key| key.part("b", "2"))
+            .and_then(|key| key.finish())
+            .is_ok()
+    }
+
+    proptest::proptest! {
+        /// A literal between two placeholders is accepted at compile time
+        /// exactly when the runtime would accept it, so that the literals
+        /// the expansion appends unchecked are the ones the builder takes.
+        #[test]
+        fn a_literal_between_parts_is_accepted_as_the_runtime_accepts_it(
+            literal in "[^<>]{1,6}",
+        ) {
+            let (_, ok) = parse_str(&format!("<a>{literal}<b>"));
+            proptest::prop_assert_eq!(ok, runtime_accepts(&literal));
+        }
     }
 
     #[test]

@@ -1,6 +1,11 @@
 //! What `#[idempotent]` expands into. Not a public API: it may change in any
 //! release.
 //!
+//! The crate names this module `__private0_1`, after the release whose macro
+//! expands into it, as thiserror does: a macro crate of another release
+//! names another module, so a mismatched pair fails to compile instead of
+//! calling functions whose meaning has changed.
+//!
 //! Each bound the expansion needs is a trait of its own here, with a message
 //! that says what a guarded tool needs and why. The expansion names these
 //! traits at the user's return type, argument type or key string, so a wrong
@@ -15,7 +20,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::Error;
 use crate::guard::{self, Call};
-use crate::key::KeyPart;
+use crate::key::{self, KeyBuilder, KeyPart};
 use crate::outcome::{Outcome, ToolOutput};
 
 /// The return type of a guarded tool: `Result<O, E>`, where `O` is a
@@ -28,7 +33,7 @@ use crate::outcome::{Outcome, ToolOutput};
     note = "the body returns `Result<T, E>`; the guard wraps `T` in `Outcome` (fresh, replay or conflict), releases the claim when the body returns `Err`, and reports a store failure through `E`",
     note = "write `-> Result<Outcome<Refund>, PayError>` and let the body return `Ok(refund)`"
 )]
-pub trait ToolResult: Sized {
+pub trait GuardedReturn: Sized {
     /// What the tool returns on success.
     type Output: ToolOutput<Value = Self::Value>;
     /// What the body produces, and the guard records.
@@ -39,7 +44,7 @@ pub trait ToolResult: Sized {
     fn from_result(result: Result<Self::Output, Self::Error>) -> Self;
 }
 
-impl<O, E> ToolResult for Result<O, E>
+impl<O, E> GuardedReturn for Result<O, E>
 where
     O: ToolOutput,
     O::Value: Recordable,
@@ -115,6 +120,19 @@ impl<E: GuardError + Recordable> RecordableError for E {}
 pub trait Fingerprinted: Serialize {}
 
 impl<T: Serialize + ?Sized> Fingerprinted for T {}
+
+/// Appends a literal of the template, which the attribute has proven to
+/// keep the key injective while the crate compiled, so the call does not
+/// check it again.
+pub fn proven_literal(key: KeyBuilder, text: &'static str) -> KeyBuilder {
+    key.proven_literal(text)
+}
+
+/// Whether literal text separates the key parts around it: the rule the
+/// attribute's template check must agree with, exposed for its tests.
+pub fn separates(text: &str) -> bool {
+    key::separates(text)
+}
 
 /// Checks at the key string that a placeholder's value may enter a key.
 pub fn key_part<P: KeyPart + ?Sized>(part: &P) -> &P {
@@ -223,7 +241,7 @@ pub fn run<R, F>(
     body: F,
 ) -> impl Future<Output = Result<Outcome<R::Value>, R::Error>>
 where
-    R: ToolResult,
+    R: GuardedReturn,
     F: Future<Output = Result<R::Value, R::Error>>,
 {
     guard::drive(call, body, None)
@@ -235,7 +253,7 @@ pub fn run_recording_errors<R, F>(
     body: F,
 ) -> impl Future<Output = Result<Outcome<R::Value>, R::Error>>
 where
-    R: ToolResult,
+    R: GuardedReturn,
     R::Error: RecordableError,
     F: Future<Output = Result<R::Value, R::Error>>,
 {
@@ -243,7 +261,7 @@ where
 }
 
 /// Wraps the guard's outcome in the tool's return type.
-pub fn wrap<R: ToolResult>(result: Result<Outcome<R::Value>, R::Error>) -> R {
+pub fn wrap<R: GuardedReturn>(result: Result<Outcome<R::Value>, R::Error>) -> R {
     R::from_result(result.map(ToolOutput::from_outcome))
 }
 

@@ -50,7 +50,9 @@ pub use error::Error;
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use free_text::FreeText;
 pub use guard::{Call, current_key};
-pub use key::{Key, KeyBuilder, KeyError, KeyPart, KeyPartWriter, PROVIDER_KEY_MAX};
+pub use key::{
+    Key, KeyBuilder, KeyError, KeyPart, KeyPartWriter, KeyTextProblem, PROVIDER_KEY_MAX,
+};
 pub use outcome::{
     ConflictReason, DEFAULT_CONFLICT_NOTE, DEFAULT_REPLAY_NOTE, OTHER_TOOL_NOTE, Outcome,
     ToolOutput,
@@ -69,5 +71,8 @@ pub use store::{
 };
 pub use tool::ToolId;
 
+// Versioned with the release, so that `#[idempotent]` from another release
+// fails to compile against this one (see the module's doc).
 #[doc(hidden)]
-pub mod __private;
+#[path = "__private.rs"]
+pub mod __private0_1;

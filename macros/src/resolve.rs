@@ -1,5 +1,5 @@
-//! The rules: which functions the guard can serve, and which values may
-//! enter a key.
+//! Resolves the template's placeholders against the parameters, into the
+//! plan of the key the expansion builds, refusing what may not be keyed.
 //!
 //! A key must name the action the same way every time it is asked for, and
 //! differently for different actions. So a placeholder must name an argument,
@@ -14,11 +14,10 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, quote_spanned};
-use syn::spanned::Spanned;
-use syn::{GenericArgument, Ident, Index, LitStr, PathArguments, ReturnType, Signature, Type};
+use syn::{Ident, Index, LitStr};
 
 use crate::errors::Errors;
-use crate::params::{Params, Role, Why, is_call_id_name, type_name};
+use crate::params::{Params, Role, Why, is_call_id_name};
 use crate::suggest;
 use crate::template::{Placeholder, Segment, Template};
 
@@ -65,8 +64,8 @@ fn is_free_text_name(name: &str) -> bool {
     })
 }
 
-/// A key part, ready to expand.
-pub enum Part {
+/// One step of building the key, ready to expand.
+pub enum PlanPart {
     /// Literal template text.
     Literal(String),
     /// `<run>` with no `run` argument: the run scope.
@@ -76,36 +75,37 @@ pub enum Part {
     Value { name: String, value: TokenStream },
 }
 
-/// The key, resolved against the parameters.
-pub struct Key {
-    pub parts: Vec<Part>,
+/// The key to build, resolved against the parameters: the template's
+/// literals and the places its placeholders read.
+pub struct KeyPlan {
+    pub parts: Vec<PlanPart>,
     /// Arguments that are in the key whole, and so not fingerprinted.
     pub keyed_whole: Vec<String>,
 }
 
 /// Resolves each placeholder to a parameter, refusing what may not be keyed.
 /// Every problem is reported at the key string.
-pub fn key(
+pub fn plan(
     template: &Template,
     params: &Params,
     fn_name: &Ident,
     lit: &LitStr,
     errors: &mut Errors,
-) -> Key {
+) -> KeyPlan {
     let span = lit.span();
-    let mut key = Key {
+    let mut key = KeyPlan {
         parts: Vec::new(),
         keyed_whole: Vec::new(),
     };
     for segment in &template.segments {
         let placeholder = match segment {
             Segment::Literal(text) => {
-                key.parts.push(Part::Literal(text.clone()));
+                key.parts.push(PlanPart::Literal(text.clone()));
                 continue;
             }
             Segment::Placeholder(p) => p,
         };
-        match resolve(placeholder, params, fn_name, span) {
+        match self::placeholder(placeholder, params, fn_name, span) {
             Ok(part) => {
                 if placeholder.fields.is_empty() {
                     key.keyed_whole.push(placeholder.root.clone());
@@ -118,7 +118,12 @@ pub fn key(
     key
 }
 
-fn resolve(p: &Placeholder, params: &Params, fn_name: &Ident, span: Span) -> Result<Part, String> {
+fn placeholder(
+    p: &Placeholder,
+    params: &Params,
+    fn_name: &Ident,
+    span: Span,
+) -> Result<PlanPart, String> {
     let shown = p.shown();
     if p.root == "self" {
         let Some(self_span) = params.receiver else {
@@ -139,7 +144,7 @@ fn resolve(p: &Placeholder, params: &Params, fn_name: &Ident, span: Span) -> Res
                      fields. Write `<run>`"
                 ));
             }
-            return Ok(Part::RunScope);
+            return Ok(PlanPart::RunScope);
         }
         let mut candidates = params.names();
         candidates.push("run".to_owned());
@@ -220,7 +225,7 @@ fn call_id(shown: &str, name: &str, why: Why) -> String {
 }
 
 /// `self.tenant`, `args.0`, spanned at the key string.
-fn value(p: &Placeholder, root: TokenStream, span: Span) -> Part {
+fn value(p: &Placeholder, root: TokenStream, span: Span) -> PlanPart {
     let fields = p.fields.iter().map(|f| match f.parse::<u32>() {
         Ok(index) => Index { index, span }.into_token_stream(),
         Err(_) => match f.strip_prefix("r#") {
@@ -229,7 +234,7 @@ fn value(p: &Placeholder, root: TokenStream, span: Span) -> Part {
         },
     });
     let value = quote_spanned!(span=> #root #(. #fields)*);
-    Part::Value {
+    PlanPart::Value {
         name: p.text.clone(),
         value,
     }
@@ -250,181 +255,5 @@ fn arguments_are(params: &Params, fn_name: &Ident) -> String {
     match chars.next() {
         Some(first) => format!("{}{}", first.to_uppercase(), chars.as_str()),
         None => list,
-    }
-}
-
-/// Checks that the guard can serve this function, and returns its declared
-/// return type.
-pub fn signature<'a>(sig: &'a Signature, errors: &mut Errors) -> Option<&'a Type> {
-    let name = &sig.ident;
-    let ret = match &sig.output {
-        ReturnType::Type(_, ty) => Some(&**ty),
-        ReturnType::Default => None,
-    };
-
-    if sig.asyncness.is_none() {
-        let boxed = ret.is_some_and(is_future);
-        let message = if boxed {
-            format!(
-                "`{name}` is not an `async fn` but returns a future: another attribute has \
-                 already rewritten it, such as rmcp's `#[tool]` or `#[async_trait]` on its impl. \
-                 Place `#[idempotent]` above `#[tool]`, so that it reads the `async fn` as \
-                 written; with `#[async_trait]`, declare the method a native `async fn` instead"
-            )
-        } else {
-            format!(
-                "`#[idempotent]` needs an `async fn`: before the body runs, the guard awaits the \
-                 store, and waits for an identical call that is already in flight. Write \
-                 `async fn {name}(..)`"
-            )
-        };
-        errors.add(sig.fn_token.span, message);
-        return None;
-    }
-
-    let needed = "the guard tells a fresh result from a replay or a conflict through \
-                  `Outcome`, releases the claim when the body returns `Err`, and reports a store \
-                  failure or a missing run through `E`, which needs `From<idempotent_tools::Error>`";
-    let Some(ret) = ret else {
-        errors.add(
-            name.span(),
-            format!(
-                "`{name}` returns nothing, but it must return `Result<Outcome<T>, E>`: {needed}. \
-                 Write `-> Result<Outcome<Refund>, PayError>`, and let the body return \
-                 `Ok(refund)`"
-            ),
-        );
-        return None;
-    };
-    let Type::Path(_) = peel(ret) else {
-        errors.add(
-            ret.span(),
-            format!(
-                "`{name}` must return `Result<Outcome<T>, E>`: {needed}. Write \
-                 `-> Result<Outcome<Refund>, PayError>`, and let the body return `Ok(refund)`"
-            ),
-        );
-        return None;
-    };
-    match type_name(ret).as_deref() {
-        Some(last @ ("Outcome" | "Option")) => {
-            errors.add(
-                ret.span(),
-                format!(
-                    "`{name}` returns `{last}<..>` with no error type, but it must return \
-                     `Result<Outcome<T>, E>`: {needed}. Write \
-                     `-> Result<Outcome<Refund>, PayError>`, and let the body return `Ok(refund)`"
-                ),
-            );
-            None
-        }
-        Some("Result") => match success_type(ret) {
-            Some(value) if is_plain_value(value) => {
-                let value = value.to_token_stream().to_string().replace(' ', "");
-                errors.add(
-                    success_type(ret).map_or(ret.span(), Spanned::span),
-                    format!(
-                        "`{name}` returns `{value}` on success, but a guarded tool returns \
-                         `Outcome<{value}>`, which tells the caller a fresh result from a replay \
-                         or a conflict. Write `Result<Outcome<{value}>, ..>`; the body still \
-                         returns `Ok(value)`, and the guard wraps it"
-                    ),
-                );
-                None
-            }
-            _ => Some(ret),
-        },
-        _ => Some(ret),
-    }
-}
-
-/// The `O` of a return type written `Result<O, ..>`.
-fn success_type(ret: &Type) -> Option<&Type> {
-    let Type::Path(path) = peel(ret) else {
-        return None;
-    };
-    let PathArguments::AngleBracketed(args) = &path.path.segments.last()?.arguments else {
-        return None;
-    };
-    match args.args.first()? {
-        GenericArgument::Type(ty) => Some(ty),
-        _ => None,
-    }
-}
-
-/// A type that is plainly a value and no `ToolOutput`: a number, text, a
-/// collection, a tuple, a reference.
-fn is_plain_value(ty: &Type) -> bool {
-    match peel(ty) {
-        Type::Tuple(_) | Type::Reference(_) | Type::Array(_) | Type::Slice(_) => true,
-        Type::Path(_) => matches!(
-            type_name(ty).as_deref(),
-            Some(
-                "u8" | "u16"
-                    | "u32"
-                    | "u64"
-                    | "u128"
-                    | "usize"
-                    | "i8"
-                    | "i16"
-                    | "i32"
-                    | "i64"
-                    | "i128"
-                    | "isize"
-                    | "f32"
-                    | "f64"
-                    | "bool"
-                    | "char"
-                    | "str"
-                    | "String"
-                    | "Vec"
-                    | "HashMap"
-                    | "BTreeMap"
-                    | "Value"
-            )
-        ),
-        _ => false,
-    }
-}
-
-/// The return type a refused function's body can still be checked against,
-/// and whether the function is async: a path type that is not plainly
-/// something else (an `Outcome` alone, an `Option`, a future).
-pub fn body_type(sig: &Signature) -> Option<(&Type, bool)> {
-    let ReturnType::Type(_, ret) = &sig.output else {
-        return None;
-    };
-    let named = type_name(ret)?;
-    let other = matches!(named.as_str(), "Outcome" | "Option")
-        || is_future(ret)
-        || success_type(ret).is_some_and(is_plain_value);
-    (!other && matches!(peel(ret), Type::Path(_))).then_some((&**ret, sig.asyncness.is_some()))
-}
-
-/// `impl Future`, `Pin<Box<dyn Future>>`, `BoxFuture`: what a macro that
-/// has already made the future returns.
-fn is_future(ty: &Type) -> bool {
-    match ty {
-        Type::ImplTrait(_) => true,
-        Type::Path(p) => p.path.segments.last().is_some_and(|last| {
-            let name = last.ident.to_string();
-            name.ends_with("Future")
-                || (name == "Pin"
-                    && last
-                        .arguments
-                        .to_token_stream()
-                        .to_string()
-                        .contains("Future"))
-        }),
-        _ => false,
-    }
-}
-
-/// A type without the parentheses or invisible groups around it.
-fn peel(ty: &Type) -> &Type {
-    match ty {
-        Type::Paren(p) => peel(&p.elem),
-        Type::Group(g) => peel(&g.elem),
-        _ => ty,
     }
 }

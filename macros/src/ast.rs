@@ -1,0 +1,74 @@
+//! The one value the attribute's pipeline runs over: read the options and
+//! the function, resolve the key against the parameters, then expand.
+//!
+//! Every stage adds its errors to one list, so that a build shows all of a
+//! function's mistakes at once; the expansion reads what the stages could
+//! make of the function even when some refused it.
+
+use proc_macro2::TokenStream;
+use syn::Type;
+
+use crate::errors::Errors;
+use crate::item::Item;
+use crate::krate::Krate;
+use crate::options::{self, Options};
+use crate::params::{self, Params};
+use crate::resolve::{self, KeyPlan};
+use crate::signature;
+use crate::template::{self, Segment, Template};
+
+/// A guarded function, read and checked.
+pub struct Input {
+    /// The facade's path, as the user's crate names it.
+    pub krate: Krate,
+    /// The attribute's options.
+    pub options: Options,
+    /// The function, with the parameter markers taken off.
+    pub item: Item,
+    /// The names its parameters bind, and their roles.
+    pub params: Params,
+    /// The declared return type, if the guard can serve the signature.
+    pub ret: Option<Type>,
+    /// The key template, if one was given.
+    pub template: Option<Template>,
+    /// The key the expansion builds, if the template was given.
+    pub plan: Option<KeyPlan>,
+}
+
+impl Input {
+    /// Reads the options and the function and resolves the key. Every
+    /// problem goes to `errors`, in the order the stages find them.
+    pub fn read(args: TokenStream, mut item: Item, errors: &mut Errors) -> Input {
+        let options = options::parse(args, errors);
+        let params = params::read(&item.sig, errors);
+        let ret = signature::check(&item.sig, errors).cloned();
+        let template = options.key.as_ref().map(|lit| template::parse(lit, errors));
+        let plan = options
+            .key
+            .as_ref()
+            .zip(template.as_ref())
+            .map(|(lit, t)| resolve::plan(t, &params, &item.sig.ident, lit, errors));
+        item.strip_markers();
+        Input {
+            krate: Krate::find(),
+            options,
+            item,
+            params,
+            ret,
+            template,
+            plan,
+        }
+    }
+
+    /// The names the template's placeholders start with.
+    pub fn keyed(&self) -> Vec<&str> {
+        self.template
+            .iter()
+            .flat_map(|t| &t.segments)
+            .filter_map(|segment| match segment {
+                Segment::Placeholder(p) => Some(p.root.as_str()),
+                Segment::Literal(_) => None,
+            })
+            .collect()
+    }
+}
