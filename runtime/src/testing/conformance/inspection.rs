@@ -1,0 +1,295 @@
+//! What an operator reads and resolves, the same on every store: records
+//! listed by state, tool, run and age, page by page; one record in full;
+//! counts by tool and state; forgetting, which refuses a live claim unless
+//! forced.
+//!
+//! Every listing filters on the case's fresh run, so cases never see each
+//! other's records. A store that does not offer a step
+//! (`StoreError::Unsupported`) has the case reported ignored.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::case::{Case, case};
+use super::kit::{fresh_run, offered, refund_key, usd};
+use crate::{
+    Claim, ClaimAnswer, ClaimRequest, Ending, Finished, Forget, Key, RecordQuery, RecordState,
+    Recorded, Run, Store, StoreError, ToolId,
+};
+
+pub(super) fn cases() -> Vec<Case> {
+    vec![
+        case!(records_are_listed_by_state_tool_and_run, []),
+        case!(a_listing_pages_through_every_record_once, []),
+        case!(
+            an_age_filter_keeps_only_records_that_changed_long_enough_ago,
+            []
+        ),
+        case!(one_record_reads_in_full, []),
+        case!(counts_are_by_tool_and_state, []),
+        case!(forgetting_refuses_a_live_claim_unless_forced, []),
+    ]
+}
+
+static REFUND: ToolId = ToolId::new("shop::refund_order");
+static CANCEL: ToolId = ToolId::new("shop::cancel_order");
+
+fn request<'a>(key: &'a Key, tool: &'a ToolId) -> ClaimRequest<'a> {
+    ClaimRequest {
+        key,
+        tool,
+        fingerprint: usd(42),
+        lease: Duration::from_secs(30),
+        retention: Duration::from_secs(3600),
+    }
+}
+
+async fn claim(store: &dyn Store, key: &Key, tool: &ToolId) -> Claim {
+    match store.claim(request(key, tool)).await.expect("claim") {
+        ClaimAnswer::Claimed(claim) => claim,
+        other => panic!("expected to hold the claim, got {other:?}"),
+    }
+}
+
+async fn finish(store: &dyn Store, key: &Key, tool: &ToolId, ending: Ending, json: &str) {
+    finish_at(store, key, tool, ending, json, SystemTime::now()).await;
+}
+
+async fn finish_at(
+    store: &dyn Store,
+    key: &Key,
+    tool: &ToolId,
+    ending: Ending,
+    json: &str,
+    at: SystemTime,
+) {
+    let claim = claim(store, key, tool).await;
+    let finished = Finished {
+        ending,
+        value: Recorded::from_json(json),
+        finished_at: at,
+    };
+    store.complete(&claim, finished).await.expect("complete");
+}
+
+/// One record of each state, two tools, under a fresh run: held
+/// (`a-held`), done (`b-done`), unknown (`c-unknown`), recorded error
+/// (`d-error`, of the other tool).
+async fn one_of_each(store: &dyn Store) -> (Run, Claim) {
+    let run = fresh_run();
+    let held = claim(store, &refund_key(&run, "a-held"), &REFUND).await;
+    finish(
+        store,
+        &refund_key(&run, "b-done"),
+        &REFUND,
+        Ending::Ok,
+        r#"{"id":"re_1"}"#,
+    )
+    .await;
+    finish(
+        store,
+        &refund_key(&run, "c-unknown"),
+        &REFUND,
+        Ending::Unknown,
+        "null",
+    )
+    .await;
+    finish(
+        store,
+        &refund_key(&run, "d-error"),
+        &CANCEL,
+        Ending::Err,
+        r#""declined""#,
+    )
+    .await;
+    (run, held)
+}
+
+fn keys(page: &crate::RecordPage) -> Vec<String> {
+    page.records
+        .iter()
+        .map(|r| r.key.as_str().to_owned())
+        .collect()
+}
+
+async fn records_are_listed_by_state_tool_and_run(store: Arc<dyn Store>) {
+    let (run, _held) = one_of_each(&*store).await;
+    let other_run = fresh_run();
+    finish(
+        &*store,
+        &refund_key(&other_run, "b-done"),
+        &REFUND,
+        Ending::Ok,
+        "1",
+    )
+    .await;
+    let mine = RecordQuery::new().run(run.as_str());
+
+    let all = offered(store.list(&mine).await);
+    let expect = ["a-held", "b-done", "c-unknown", "d-error"]
+        .map(|order| refund_key(&run, order).as_str().to_owned());
+    assert_eq!(keys(&all), expect);
+    assert!(all.next.is_none());
+
+    for (state, order) in [
+        (RecordState::Held, "a-held"),
+        (RecordState::Done, "b-done"),
+        (RecordState::Unknown, "c-unknown"),
+        (RecordState::RecordedError, "d-error"),
+    ] {
+        let page = offered(store.list(&mine.clone().state(state)).await);
+        assert_eq!(keys(&page), [refund_key(&run, order).as_str()], "{state}");
+        assert_eq!(page.records[0].state, state);
+    }
+    let cancels = offered(store.list(&mine.clone().tool(CANCEL.as_str())).await);
+    assert_eq!(keys(&cancels), [refund_key(&run, "d-error").as_str()]);
+    assert_eq!(cancels.records[0].tool, CANCEL);
+}
+
+async fn a_listing_pages_through_every_record_once(store: Arc<dyn Store>) {
+    let run = fresh_run();
+    let mut expect = Vec::new();
+    for n in 0..7 {
+        let key = refund_key(&run, &format!("order-{n}"));
+        finish(&*store, &key, &REFUND, Ending::Ok, "1").await;
+        expect.push(key.as_str().to_owned());
+    }
+    let mut seen = Vec::new();
+    let mut query = RecordQuery::new().run(run.as_str()).limit(3);
+    let mut pages = 0;
+    loop {
+        let page = offered(store.list(&query).await);
+        pages += 1;
+        assert!(page.records.len() <= 3);
+        seen.extend(keys(&page));
+        match page.next {
+            Some(next) => query = query.after(next),
+            None => break,
+        }
+    }
+    assert_eq!(seen, expect);
+    assert_eq!(pages, 3);
+}
+
+async fn an_age_filter_keeps_only_records_that_changed_long_enough_ago(store: Arc<dyn Store>) {
+    let (run, _held) = one_of_each(&*store).await;
+    let two_hours_ago = SystemTime::now() - Duration::from_secs(2 * 3600);
+    let old = refund_key(&run, "e-old");
+    finish_at(
+        &*store,
+        &old,
+        &REFUND,
+        Ending::Unknown,
+        "null",
+        two_hours_ago,
+    )
+    .await;
+    let mine = RecordQuery::new().run(run.as_str());
+
+    // Finished two hours ago; the rest just now, and the held claim's
+    // lease is live, so it has no age yet.
+    let an_hour = offered(
+        store
+            .list(&mine.clone().older_than(Duration::from_secs(3600)))
+            .await,
+    );
+    assert_eq!(keys(&an_hour), [old.as_str()]);
+    let three_hours = offered(
+        store
+            .list(&mine.older_than(Duration::from_secs(3 * 3600)))
+            .await,
+    );
+    assert!(three_hours.records.is_empty(), "{:?}", keys(&three_hours));
+}
+
+async fn one_record_reads_in_full(store: Arc<dyn Store>) {
+    let (run, held) = one_of_each(&*store).await;
+    let done = offered(store.inspect(&refund_key(&run, "b-done")).await).expect("a record");
+    assert_eq!(done.key, refund_key(&run, "b-done"));
+    assert_eq!(done.tool, REFUND);
+    assert_eq!(done.state, RecordState::Done);
+    assert_eq!(done.fence, 1);
+    assert!(done.owner.is_none());
+    let result = done
+        .result
+        .expect("a result")
+        .to_json()
+        .expect("json")
+        .into_owned();
+    assert_eq!(result, r#"{"id":"re_1"}"#);
+    assert!(done.finished_at.is_some());
+    assert!(done.expires_at.is_some_and(|at| at > SystemTime::now()));
+
+    let claimed = offered(store.inspect(&refund_key(&run, "a-held")).await).expect("a record");
+    assert_eq!(claimed.state, RecordState::Held);
+    assert_eq!(claimed.owner, Some(held.owner));
+    assert_eq!(claimed.fence, held.fence);
+    assert!(claimed.result.is_none());
+    assert!(claimed.lease_is_live(SystemTime::now()));
+
+    let missing = offered(store.inspect(&refund_key(&run, "never")).await);
+    assert!(missing.is_none());
+}
+
+async fn counts_are_by_tool_and_state(store: Arc<dyn Store>) {
+    let before = offered(store.count().await);
+    let (_run, _held) = one_of_each(&*store).await;
+    let after = offered(store.count().await);
+    let of = |counts: &[crate::RecordCount], tool: &ToolId, state| {
+        counts
+            .iter()
+            .find(|c| c.tool == *tool && c.state == state)
+            .map_or(0, |c| c.count)
+    };
+    for (tool, state) in [
+        (&REFUND, RecordState::Held),
+        (&REFUND, RecordState::Done),
+        (&REFUND, RecordState::Unknown),
+        (&CANCEL, RecordState::RecordedError),
+    ] {
+        assert_eq!(
+            of(&after, tool, state),
+            of(&before, tool, state) + 1,
+            "{tool} {state}"
+        );
+    }
+    assert_eq!(
+        of(&after, &CANCEL, RecordState::Done),
+        of(&before, &CANCEL, RecordState::Done)
+    );
+}
+
+async fn forgetting_refuses_a_live_claim_unless_forced(store: Arc<dyn Store>) {
+    let (run, held) = one_of_each(&*store).await;
+    let held_key = refund_key(&run, "a-held");
+
+    let refused = match store.forget(&held_key).await {
+        Err(StoreError::Unsupported(step)) => offered(Err(StoreError::Unsupported(step))),
+        other => other.expect_err("a live claim"),
+    };
+    assert!(
+        matches!(refused, StoreError::LiveClaim { .. }),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("lease is live"), "{refused}");
+    assert!(offered(store.inspect(&held_key).await).is_some());
+
+    assert!(offered(store.forget(&refund_key(&run, "c-unknown")).await));
+    assert!(!offered(store.forget(&refund_key(&run, "c-unknown")).await));
+    assert!(!offered(store.forget(&refund_key(&run, "never")).await));
+
+    assert!(offered(store.forget_with(&held_key, Forget::Force).await));
+    assert!(offered(store.inspect(&held_key).await).is_none());
+    // The forced holder's completion changes nothing.
+    let late = Finished {
+        ending: Ending::Ok,
+        value: Recorded::from_json("1"),
+        finished_at: SystemTime::now(),
+    };
+    assert!(matches!(
+        store.complete(&held, late).await,
+        Err(StoreError::LeaseLost)
+    ));
+    // And the key may be claimed again at once.
+    claim(&*store, &held_key, &REFUND).await;
+}
