@@ -25,7 +25,7 @@ pub(super) fn cases() -> Vec<Case> {
         case!(
             a_storm_of_identical_calls_cancelled_at_random_acts_once,
             [],
-            |s| { a_storm_of_identical_calls_cancelled_at_random_acts_once(s.store, 1000) }
+            |s| a_storm_of_identical_calls_cancelled_at_random_acts_once(s.store, 1000)
         ),
         case!(
             a_call_dropped_at_any_await_leaves_no_claim_and_loses_no_result,
