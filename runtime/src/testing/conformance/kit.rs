@@ -233,17 +233,19 @@ pub(crate) async fn within<F: Future>(what: &str, fut: F) -> F::Output {
     }
 }
 
-/// A step the store does not offer (`StoreError::Unsupported`): the case is
-/// reported ignored, not passed.
-#[derive(Debug)]
-pub(crate) struct Unsupported(pub(crate) &'static str);
+/// How the panic that ends a case on a step the store does not offer
+/// (`StoreError::Unsupported`) begins: the case is reported ignored, not
+/// passed.
+pub(crate) const NOT_OFFERED: &str = "the store does not offer";
 
 /// The value of an inspection step, or the end of the case, reported
 /// ignored, if the store does not offer the step.
 pub(crate) fn offered<T>(step: StoreResult<T>) -> T {
     match step {
         Ok(value) => value,
-        Err(StoreError::Unsupported(what)) => std::panic::panic_any(Unsupported(what)),
+        Err(StoreError::Unsupported(step)) => {
+            panic!("{NOT_OFFERED} `{step}` (StoreError::Unsupported): the case is ignored")
+        }
         Err(err) => panic!("the store failed: {err:?}"),
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use libtest_mimic::{Completion, Failed, Trial};
 
 use super::case::{Body, Case, Need, Subject};
-use super::kit::Unsupported;
+use super::kit::NOT_OFFERED;
 use super::processes::{self, Scene};
 use super::{PURGE_BATCH, Scope, Suite};
 use crate::Store;
@@ -45,19 +45,23 @@ fn runtime() -> Result<tokio::runtime::Runtime, Failed> {
         .map_err(|e| Failed::from(format!("a runtime: {e}")))
 }
 
-/// A panic's message, or the step the store does not offer.
-fn verdict(panic: Box<dyn Any + Send>) -> Result<Completion, Failed> {
-    if let Some(Unsupported(step)) = panic.downcast_ref::<Unsupported>() {
-        return Ok(Completion::ignored_with(format!(
-            "the store does not offer `{step}` (StoreError::Unsupported)"
-        )));
-    }
-    let message = panic
+/// A panic's message.
+fn message(panic: &(dyn Any + Send)) -> &str {
+    panic
         .downcast_ref::<String>()
         .map(String::as_str)
         .or_else(|| panic.downcast_ref::<&str>().copied())
-        .unwrap_or("the case panicked");
-    Err(Failed::from(message))
+        .unwrap_or("the case panicked")
+}
+
+/// A failed case, or an ignored one if it stopped at a step the store does
+/// not offer.
+fn verdict(panic: &(dyn Any + Send)) -> Result<Completion, Failed> {
+    let message = message(panic);
+    match message.strip_prefix(NOT_OFFERED) {
+        Some(_) => Ok(Completion::ignored_with(message)),
+        None => Err(Failed::from(message)),
+    }
 }
 
 impl<S: Store> Suite<S> {
@@ -122,9 +126,11 @@ impl<S: Store> Suite<S> {
         drop(runtime);
         drop(dir);
         match (played, cleaned) {
-            (Err(panic), _) => verdict(panic),
-            (Ok(()), Err(panic)) => verdict(panic)
-                .and_then(|_| Err(Failed::from("the clean-up after the case was not offered"))),
+            (Err(panic), _) => verdict(&*panic),
+            (Ok(()), Err(panic)) => Err(Failed::from(format!(
+                "the clean-up after the case failed: {}",
+                message(&*panic)
+            ))),
             (Ok(()), Ok(())) => Ok(Completion::Completed),
         }
     }
