@@ -125,6 +125,7 @@ fn run_case(suite: Suite<Flawed>, case: &str) -> Conclusion {
         filter: Some(case.to_owned()),
         exact: true,
         test_threads: Some(1),
+        quiet: true,
         ..Arguments::default()
     };
     libtest_mimic::run(&args, suite.trials())

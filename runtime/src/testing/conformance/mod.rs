@@ -91,7 +91,9 @@ mod durable;
 mod faulty;
 mod inspection;
 pub mod kit;
+mod leases;
 pub mod processes;
+mod releases;
 mod scope;
 mod trial;
 

@@ -18,7 +18,9 @@ use crate::Store;
 /// lives within one process.
 pub(super) fn trials<S: Store>(suite: Arc<Suite<S>>) -> Vec<Trial> {
     let mut cases = super::claims::cases();
+    cases.extend(super::releases::cases());
     cases.extend(super::cancellation::cases());
+    cases.extend(super::leases::cases());
     cases.extend(super::durable::cases());
     cases.extend(super::inspection::cases());
     cases.extend(processes::cases());
