@@ -2,7 +2,7 @@
 //! children, each with a role, and talks to them over pipes.
 //!
 //! - A child is this test binary started with `--exact` [`ENTRY`], the role
-//!   in [`ROLE`], and the parent's [`Scope`] in its environment; the suite's
+//!   in an environment variable, and the parent's [`Scope`] in its environment; the suite's
 //!   trial of that name plays the role against a store the factory opens in
 //!   that scope.
 //! - A child reports by printing lines that start with `@@`, and waits for
