@@ -3,6 +3,7 @@
 
 mod harness;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -162,11 +163,36 @@ fn a_duplicate_waits_longer_than_a_crashed_holders_lease() {
     assert!(idempotent_tools::DEFAULT_WAIT > idempotent_tools::DEFAULT_LEASE);
 }
 
+/// A trial of `case` on a current-thread runtime whose clock starts
+/// paused, as `#[tokio::test(start_paused = true)]` runs it.
+fn paused<F, Fut>(name: &str, case: F) -> harness::Trial
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    harness::Trial::test(name, move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .map_err(|e| harness::Failed::from(format!("a runtime: {e}")))?
+            .block_on(case());
+        Ok(())
+    })
+}
+
+/// Trials on a paused clock: `paused!(case, ..)`.
+macro_rules! paused {
+    ($($case:ident),* $(,)?) => {
+        vec![$(paused(stringify!($case), || $case()),)*]
+    };
+}
+
 fn main() {
     let mut trials = Suite::new(|_scope| async { MemoryStore::new() })
         .within_one_process()
         .trials();
-    trials.extend(trials!(paused;
+    trials.extend(paused!(
         a_record_is_replayed_within_its_retention_and_forgotten_after,
         the_default_retention_outlasts_a_providers_key_memory,
         sweeping_keeps_memory_bounded_over_a_million_unique_keys,

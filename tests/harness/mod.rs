@@ -54,24 +54,6 @@ where
     })
 }
 
-/// A trial of `case` on a current-thread runtime whose clock starts
-/// paused, as `#[tokio::test(start_paused = true)]` runs it.
-pub fn paused<F, Fut>(name: &str, case: F) -> Trial
-where
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = ()>,
-{
-    Trial::test(name, move || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .map_err(|e| Failed::from(format!("a runtime: {e}")))?
-            .block_on(case());
-        Ok(())
-    })
-}
-
 /// A trial of a case that needs no runtime.
 pub fn plain(name: &str, case: fn()) -> Trial {
     Trial::test(name, move || {
@@ -88,15 +70,9 @@ pub fn main(trials: Vec<Trial>) -> ! {
 
 /// Trials of async functions that take nothing: `trials!(NEEDS; case, ..)`,
 /// or `trials!(always; case, ..)` for cases that need no server;
-/// `trials!(paused; ..)` for cases on a paused clock, `trials!(plain; ..)`
-/// for functions that are not async.
+/// `trials!(plain; ..)` for functions that are not async.
 #[macro_export]
 macro_rules! trials {
-    (paused; $($case:path),* $(,)?) => {
-        vec![$(
-            $crate::harness::paused($crate::harness::last_segment(stringify!($case)), || $case()),
-        )*]
-    };
     (plain; $($case:path),* $(,)?) => {
         vec![$(
             $crate::harness::plain($crate::harness::last_segment(stringify!($case)), $case),
