@@ -160,14 +160,10 @@ impl<S: Store> Suite<S> {
                 // The parent opens the store first (creating its file or
                 // schema), as an operator's first start would.
                 let store: Arc<dyn Store> = self.open(scope.clone()).await;
-                let scene = Scene::within(scope);
-                let scene = tokio::task::spawn_blocking(move || {
-                    scenario(&scene);
-                    scene
-                })
-                .await
-                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-                processes::check_fence_after(case.name, &*store, &scene).await;
+                let scene = Scene::within(scope, store);
+                tokio::task::spawn_blocking(move || scenario(&scene))
+                    .await
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
             }
         }
     }

@@ -15,9 +15,11 @@ mod child;
 mod role;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tempfile::TempDir;
+use tokio::runtime::Handle;
 
 use super::Scope;
 use super::case::{Body, Case, Need};
@@ -27,7 +29,7 @@ use child::{final_word, report_of};
 use role::{FileProvider, LEASE_MS, PROVIDER, RUN, key_of, now_ms};
 pub(crate) use role::{play, role};
 
-use crate::{Key, Store, StoreError};
+use crate::{Key, Record, Store, StoreError};
 
 pub(super) fn cases() -> Vec<Case> {
     let scenario = |name, play| Case {
@@ -69,6 +71,9 @@ pub struct Scene {
     scope: Scope,
     /// Owns the scene's directory, when the scene made it.
     _dir: Option<TempDir>,
+    /// The parent's own store on the scene, with the runtime it runs on,
+    /// when the suite plays the scene: a scenario reads records through it.
+    parent: Option<(Arc<dyn Store>, Handle)>,
     /// The run id every child builds its key from.
     run: String,
 }
@@ -85,15 +90,18 @@ impl Scene {
         Scene {
             scope,
             _dir: Some(dir),
+            parent: None,
             run: fresh_run().to_string(),
         }
     }
 
-    /// A scene in a case's scope, whose directory the case owns.
-    pub(crate) fn within(scope: Scope) -> Scene {
+    /// A scene in a case's scope, whose directory the case owns, beside
+    /// the parent's own `store`.
+    pub(crate) fn within(scope: Scope, store: Arc<dyn Store>) -> Scene {
         Scene {
             scope,
             _dir: None,
+            parent: Some((store, Handle::current())),
             run: fresh_run().to_string(),
         }
     }
@@ -135,27 +143,23 @@ impl Scene {
     }
 }
 
+impl Scene {
+    /// The key's record as the parent's store reads it, if the suite plays
+    /// the scene and the store offers [`Store::inspect`]. Called from the
+    /// scenario's blocking thread.
+    fn record(&self) -> Option<Record> {
+        let (store, runtime) = self.parent.as_ref()?;
+        match runtime.block_on(store.inspect(&self.key())) {
+            Err(StoreError::Unsupported(_)) => None,
+            read => Some(read.expect("inspect").expect("the claim's record")),
+        }
+    }
+}
+
 impl Default for Scene {
     fn default() -> Scene {
         Scene::new()
     }
-}
-
-/// After a holder killed mid-action was taken over, the record shows one
-/// takeover and one fence bump, if the store offers [`Store::inspect`].
-pub(crate) async fn check_fence_after(case: &str, store: &dyn Store, scene: &Scene) {
-    if case != "a_holder_killed_mid_action_is_taken_over_once_after_its_lease" {
-        return;
-    }
-    let record = match store.inspect(&scene.key()).await {
-        Err(StoreError::Unsupported(_)) => return,
-        read => read.expect("inspect").expect("the claim's record"),
-    };
-    assert_eq!(
-        (record.fence, record.taken_over),
-        (2, true),
-        "one takeover, one fence bump"
-    );
 }
 
 // The scenarios every durable store plays; each blocks while its children run.
@@ -229,6 +233,13 @@ pub fn a_holder_killed_mid_action_is_taken_over_once_after_its_lease(scene: &Sce
         "taken over {} ms after the kill, before the lease ran out",
         acted_at[0].saturating_sub(killed_at)
     );
+    if let Some(record) = scene.record() {
+        assert_eq!(
+            (record.fence, record.taken_over),
+            (2, true),
+            "one takeover, one fence bump"
+        );
+    }
 }
 
 /// A holder is killed while it acts; later callers that report an unknown
