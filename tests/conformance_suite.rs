@@ -199,6 +199,18 @@ fn a_store_that_retains_by_expiry_is_checked_for_expiry_instead_of_purges() {
     assert_eq!(counts(&ran), (0, 1, 0));
 }
 
+fn a_case_needing_a_server_that_is_not_set_is_ignored_and_fails_in_ci() {
+    let ran = run_case(
+        flawed(Flaw::None).requiring_env("IDEMPOTENT_CONFORMANCE_NEVER_SET"),
+        "a_repeat_after_completion_replays_the_first_result",
+    );
+    if std::env::var_os("CI").is_some() {
+        assert_eq!(counts(&ran), (0, 1, 0), "in CI a missing server fails");
+    } else {
+        assert_eq!(counts(&ran), (0, 0, 1), "reported ignored, never passed");
+    }
+}
+
 fn main() {
     harness::main(trials!(plain;
         a_store_that_lets_duplicates_through_fails_the_suite,
@@ -206,5 +218,6 @@ fn main() {
         the_same_cases_pass_on_a_store_without_the_flaw,
         a_step_the_store_does_not_offer_is_reported_ignored_not_passed,
         a_store_that_retains_by_expiry_is_checked_for_expiry_instead_of_purges,
+        a_case_needing_a_server_that_is_not_set_is_ignored_and_fails_in_ci,
     ));
 }
