@@ -1,25 +1,18 @@
-//! The memory store: the whole adversarial suite, plus what only an
-//! in-process store can show (a paused clock, a million keys).
+//! The memory store: the conformance suite (within one process), plus what
+//! only an in-process store can show (a paused clock, a million keys).
 
-mod adversarial;
-mod cancellation;
-mod inspection;
+mod harness;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use adversarial::{Provider, fresh_run, refund_call, refund_key, refunds};
+use idempotent_tools::testing::conformance::Suite;
+use idempotent_tools::testing::conformance::kit::{
+    CountingProvider as Provider, RefundError, fresh_run, refund_call, refund_key, refunds,
+};
 use idempotent_tools::{Call, Error, Key, MemoryStore, Run, Store};
 
-async fn memory() -> Option<Arc<dyn Store>> {
-    Some(Arc::new(MemoryStore::new()))
-}
-
-adversarial_suite!(memory());
-cancellation_suite!(memory(), durable = false);
-inspection_suite!(memory());
-
-#[tokio::test(start_paused = true)]
 async fn a_record_is_replayed_within_its_retention_and_forgotten_after() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let run = fresh_run();
@@ -37,7 +30,6 @@ async fn a_record_is_replayed_within_its_retention_and_forgotten_after() {
     assert_eq!(provider.refunds(), 2);
 }
 
-#[tokio::test(start_paused = true)]
 async fn the_default_retention_outlasts_a_providers_key_memory() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let run = fresh_run();
@@ -50,7 +42,6 @@ async fn the_default_retention_outlasts_a_providers_key_memory() {
     assert_eq!(provider.refunds(), 1);
 }
 
-#[tokio::test(start_paused = true)]
 async fn sweeping_keeps_memory_bounded_over_a_million_unique_keys() {
     let store = Arc::new(MemoryStore::new());
     let run = Run::new("run-1").expect("run");
@@ -78,7 +69,6 @@ async fn sweeping_keeps_memory_bounded_over_a_million_unique_keys() {
     assert!(peak <= 4096, "the store grew to {peak} records");
 }
 
-#[tokio::test]
 async fn a_purge_removes_only_expired_records() {
     let store = Arc::new(MemoryStore::new());
     let run = fresh_run();
@@ -94,7 +84,6 @@ async fn a_purge_removes_only_expired_records() {
     assert_eq!(store.len(), 1);
 }
 
-#[tokio::test]
 async fn a_key_naming_the_run_outside_a_run_scope_is_refused() {
     let built = Key::builder().run();
     assert!(matches!(built.err(), Some(Error::MissingRun)));
@@ -112,12 +101,10 @@ async fn a_key_naming_the_run_outside_a_run_scope_is_refused() {
     assert_eq!(key.as_str(), "run-9:refund:1182");
 }
 
-#[test]
 fn an_empty_run_is_refused() {
     assert!(matches!(Run::new(""), Err(Error::EmptyRun)));
 }
 
-#[tokio::test]
 async fn the_default_store_can_be_switched_in_one_line() {
     let store = Arc::new(MemoryStore::new());
     idempotent_tools::set_default_store(store.clone());
@@ -132,11 +119,10 @@ async fn the_default_store_can_be_switched_in_one_line() {
     );
 }
 
-#[tokio::test]
 async fn the_memory_store_keeps_a_nan_as_it_is_and_replays_it() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let run = fresh_run();
-    let measure = || async { Ok::<_, adversarial::PayError>(f64::NAN) };
+    let measure = || async { Ok::<_, RefundError>(f64::NAN) };
     let first = refund_call(&store, &run, "1182", 42)
         .run(measure())
         .await
@@ -149,7 +135,6 @@ async fn the_memory_store_keeps_a_nan_as_it_is_and_replays_it() {
     assert!(again.into_value().is_some_and(f64::is_nan));
 }
 
-#[tokio::test(start_paused = true)]
 async fn expired_records_are_swept_when_no_call_comes() {
     let memory = Arc::new(MemoryStore::sweeping_every(Duration::from_secs(60)));
     let store: Arc<dyn Store> = memory.clone();
@@ -174,7 +159,54 @@ async fn expired_records_are_swept_when_no_call_comes() {
     assert_eq!(memory.len(), 0, "expired records stayed without traffic");
 }
 
-#[test]
 fn a_duplicate_waits_longer_than_a_crashed_holders_lease() {
     assert!(idempotent_tools::DEFAULT_WAIT > idempotent_tools::DEFAULT_LEASE);
+}
+
+/// A trial of `case` on a current-thread runtime whose clock starts
+/// paused, as `#[tokio::test(start_paused = true)]` runs it.
+fn paused<F, Fut>(name: &str, case: F) -> harness::Trial
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    harness::Trial::test(name, move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .map_err(|e| harness::Failed::from(format!("a runtime: {e}")))?
+            .block_on(case());
+        Ok(())
+    })
+}
+
+/// Trials on a paused clock: `paused!(case, ..)`.
+macro_rules! paused {
+    ($($case:ident),* $(,)?) => {
+        vec![$(paused(stringify!($case), || $case()),)*]
+    };
+}
+
+fn main() {
+    let mut trials = Suite::new(|_scope| async { MemoryStore::new() })
+        .within_one_process()
+        .trials();
+    trials.extend(paused!(
+        a_record_is_replayed_within_its_retention_and_forgotten_after,
+        the_default_retention_outlasts_a_providers_key_memory,
+        sweeping_keeps_memory_bounded_over_a_million_unique_keys,
+        expired_records_are_swept_when_no_call_comes,
+    ));
+    trials.extend(trials!(always;
+        a_purge_removes_only_expired_records,
+        a_key_naming_the_run_outside_a_run_scope_is_refused,
+        the_default_store_can_be_switched_in_one_line,
+        the_memory_store_keeps_a_nan_as_it_is_and_replays_it,
+    ));
+    trials.extend(trials!(plain;
+        an_empty_run_is_refused,
+        a_duplicate_waits_longer_than_a_crashed_holders_lease,
+    ));
+    harness::main(trials);
 }

@@ -1,34 +1,31 @@
-//! The Postgres store against a real server: the whole adversarial suite,
-//! round trips counted on the wire, leases and fences, the race that READ
-//! COMMITTED allows, LISTEN/NOTIFY, a server that is down, and several OS
-//! processes.
+//! The Postgres store against a real server: the conformance suite (several
+//! OS processes included), and what is Postgres's own: round trips counted
+//! on the wire, the race that READ COMMITTED allows, LISTEN/NOTIFY, schema
+//! versions, SQLSTATEs, a server that is down.
 //!
 //! The server's address comes from `IDEMPOTENT_POSTGRES_URL`. Without it
 //! every case is reported as ignored ("needs IDEMPOTENT_POSTGRES_URL"),
 //! except in CI, where it fails. Every store gets a schema of its own,
 //! dropped afterwards.
 
-mod adversarial;
-mod cancellation;
-mod durable;
 mod harness;
-mod inspection;
-mod multiprocess;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use adversarial::{Provider, fresh_run, refund_call, refund_key, refunds, usd};
-use durable::{Durable, TOOL, claimed, finished, in_flight, request};
 use idempotent_tools::store::PostgresStore;
 use idempotent_tools::store::postgres::tokio_postgres::{self, Config, NoTls};
 use idempotent_tools::store::postgres::{PostgresStoreBuilder, deadpool_postgres};
+use idempotent_tools::testing::conformance::kit::{
+    self, CountingProvider as Provider, TOOL, claimed, finished, fresh_run, in_flight, refund_call,
+    refund_key, refunds, request, usd,
+};
+use idempotent_tools::testing::conformance::{Scope, Suite};
 use idempotent_tools::{
     ClaimAnswer, ClaimRequest, ConflictReason, Error, Key, Store, StoreError, ToolId,
 };
-use multiprocess::Scene;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -129,32 +126,47 @@ impl Drop for Schema {
     }
 }
 
-/// A store that owns its schema.
-type InSchema = durable::Held<PostgresStore, Schema>;
+/// The schema of a case of the conformance suite.
+fn schema_of(scope: &Scope) -> String {
+    format!("idempotent_conformance_{}", scope.id())
+}
 
-impl Durable for PostgresStore {
-    fn statements(&self) -> u64 {
-        PostgresStore::statements(self)
+/// The case's store, in a schema of its own, migrated, purging in the
+/// batches the case asks for. A child process opens its parent's schema.
+async fn in_scope(scope: Scope) -> PostgresStore {
+    let url = url().expect("the suite runs only with the server's URL");
+    let name = schema_of(&scope);
+    if !scope.is_child() {
+        admin(&url)
+            .await
+            .batch_execute(&format!("CREATE SCHEMA {name}"))
+            .await
+            .expect("create a schema");
     }
+    let mut builder = PostgresStoreBuilder::from_config(config_in(&url, &name));
+    if let Some(rows) = scope.purge_batch() {
+        builder = builder.purge_batch(rows);
+    }
+    let store = builder.connect_lazy().expect("a store");
+    if scope.is_child() {
+        assert!(store.listening().await, "the child listens for completions");
+    } else {
+        store.migrate().await.expect("migrate");
+    }
+    store
 }
 
-/// A store in a schema of its own, purging `purge_batch` rows per statement
-/// if given.
-async fn in_schema(purge_batch: Option<usize>) -> Option<InSchema> {
-    let schema = Schema::new().await?;
-    let store = match purge_batch {
-        Some(rows) => schema.store_with(|b| b.purge_batch(rows)).await,
-        None => schema.store().await,
-    };
-    Some(InSchema {
-        store,
-        place: schema,
-    })
-}
-
-async fn postgres() -> Option<Arc<dyn Store>> {
-    let store: Arc<dyn Store> = Arc::new(in_schema(None).await?);
-    Some(store)
+/// Drops the case's schema.
+async fn drop_schema(scope: Scope) {
+    let url = url().expect("the suite runs only with the server's URL");
+    admin(&url)
+        .await
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {} CASCADE",
+            schema_of(&scope)
+        ))
+        .await
+        .expect("drop the schema");
 }
 
 /// A TCP proxy in front of the server that counts round trips: every
@@ -384,10 +396,10 @@ async fn a_claim_a_completion_a_replay_and_a_wait_take_one_round_trip_each() {
 }
 
 async fn measured_latency_of_a_guarded_call_on_the_local_server() {
-    let Some(store) = in_schema(None).await else {
+    let Some(schema) = Schema::new().await else {
         return;
     };
-    durable::measure_latency_of_a_guarded_call(store).await;
+    kit::measure_latency_of_a_guarded_call(Arc::new(schema.store().await)).await;
 }
 
 async fn racing_claims_from_many_connections_check_tool_and_arguments_on_every_path() {
@@ -681,7 +693,7 @@ async fn a_server_that_is_down_is_unavailable_and_nothing_runs() {
             .expect("a lazy store"),
     );
     let provider = Provider::default();
-    durable::refused_as_unavailable(&store, &fresh_run(), &provider).await;
+    kit::refused_as_unavailable(&store, &fresh_run(), &provider).await;
 }
 
 async fn a_missing_schema_says_to_migrate_and_nothing_runs() {
@@ -848,115 +860,6 @@ fn the_schema_a_dba_applies_by_hand_is_the_one_migrate_applies() {
     assert!(schema.contains("result      text"));
 }
 
-// Several processes on one database.
-
-/// The entry point of the child processes that the multi-process cases
-/// start: this test binary again, with a role to play.
-fn child_process(role: &str) {
-    let url = std::env::var(URL).expect("the server's URL");
-    let schema = std::env::var(SCHEMA).expect("the schema");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let store = PostgresStoreBuilder::from_config(config_in(&url, &schema))
-            .connect_lazy()
-            .expect("store");
-        assert!(store.listening().await, "the child listens for completions");
-        multiprocess::play(role, Arc::new(store)).await;
-    });
-}
-
-/// The environment variable naming a child's schema.
-const SCHEMA: &str = "IDEMPOTENT_TEST_SCHEMA";
-
-/// Children on one migrated schema of their own.
-struct InSchemaScene {
-    schema: Schema,
-    scene: Scene,
-}
-
-impl InSchemaScene {
-    async fn new() -> Option<Arc<InSchemaScene>> {
-        let schema = Schema::new().await?;
-        schema.store().await;
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let scene = Scene::new(
-            dir,
-            vec![(URL, schema.url.clone()), (SCHEMA, schema.name.clone())],
-        );
-        Some(Arc::new(InSchemaScene { schema, scene }))
-    }
-
-    /// Plays `scenario` on a blocking thread, where it may wait for its
-    /// children.
-    async fn play(self: &Arc<InSchemaScene>, scenario: fn(&Scene)) {
-        let this = self.clone();
-        tokio::task::spawn_blocking(move || scenario(&this.scene))
-            .await
-            .expect("the processes");
-    }
-
-    /// The claim row's fence and takeover flag, read directly.
-    async fn fence(&self) -> (i64, bool) {
-        let key = self.scene.key();
-        let row = admin(&self.schema.url)
-            .await
-            .query_one(
-                &format!(
-                    "SELECT fence, taken_over FROM {}.idempotent_claims WHERE key_digest = $1",
-                    self.schema.name
-                ),
-                &[&key.digest().as_slice()],
-            )
-            .await
-            .expect("the claim row");
-        (row.get(0), row.get(1))
-    }
-}
-
-async fn six_processes_refunding_the_same_order_at_once_refund_it_once() {
-    let Some(scene) = InSchemaScene::new().await else {
-        return;
-    };
-    scene
-        .play(multiprocess::six_processes_refunding_the_same_order_at_once_refund_it_once)
-        .await;
-}
-
-async fn a_holder_killed_mid_action_is_taken_over_once_after_its_lease() {
-    let Some(scene) = InSchemaScene::new().await else {
-        return;
-    };
-    scene
-        .play(multiprocess::a_holder_killed_mid_action_is_taken_over_once_after_its_lease)
-        .await;
-    assert_eq!(
-        scene.fence().await,
-        (2, true),
-        "one takeover, one fence bump"
-    );
-}
-
-async fn after_a_crash_the_report_unknown_policy_runs_nothing_and_says_so() {
-    let Some(scene) = InSchemaScene::new().await else {
-        return;
-    };
-    scene
-        .play(multiprocess::after_a_crash_the_report_unknown_policy_runs_nothing_and_says_so)
-        .await;
-}
-
-async fn a_stale_holder_paused_past_its_lease_cannot_overwrite_the_result() {
-    let Some(scene) = InSchemaScene::new().await else {
-        return;
-    };
-    scene
-        .play(multiprocess::a_stale_holder_paused_past_its_lease_cannot_overwrite_the_result)
-        .await;
-}
-
 /// The messages of an error and its sources, outermost first.
 fn chain(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
     let mut messages = vec![err.to_string()];
@@ -1033,21 +936,20 @@ async fn an_unreachable_server_prints_each_cause_once() {
 }
 
 fn main() {
-    if let Some(role) = multiprocess::role() {
-        child_process(&role);
-        std::process::exit(0);
-    }
-    let mut trials = vec![harness::Trial::test(
+    let mut trials = Suite::new(in_scope)
+        .requiring_env(URL)
+        .cleaning_up(drop_schema)
+        .racing_callers(200)
+        .purging_in_batches()
+        .counting_statements(PostgresStore::statements)
+        .trials();
+    trials.push(harness::Trial::test(
         "the_schema_a_dba_applies_by_hand_is_the_one_migrate_applies",
         || {
             the_schema_a_dba_applies_by_hand_is_the_one_migrate_applies();
             Ok(())
         },
-    )];
-    trials.extend(adversarial_suite!(trials URL, postgres(), callers = 200));
-    trials.extend(cancellation_suite!(trials URL, postgres()));
-    trials.extend(durable_suite!(trials URL, in_schema));
-    trials.extend(inspection_suite!(trials URL, postgres()));
+    ));
     trials.extend(trials!(URL;
         a_claim_a_completion_a_replay_and_a_wait_take_one_round_trip_each,
         measured_latency_of_a_guarded_call_on_the_local_server,
@@ -1062,10 +964,6 @@ fn main() {
         a_version_1_schema_is_upgraded_in_place_and_keeps_its_records,
         a_schema_newer_than_the_code_is_refused_and_left_unchanged,
         a_schema_missing_is_not_created_by_check_schema,
-        six_processes_refunding_the_same_order_at_once_refund_it_once,
-        a_holder_killed_mid_action_is_taken_over_once_after_its_lease,
-        after_a_crash_the_report_unknown_policy_runs_nothing_and_says_so,
-        a_stale_holder_paused_past_its_lease_cannot_overwrite_the_result,
         a_server_error_names_the_statement_its_sqlstate_and_the_servers_message,
     ));
     trials.extend(trials!(always;

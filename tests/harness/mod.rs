@@ -54,6 +54,14 @@ where
     })
 }
 
+/// A trial of a case that needs no runtime.
+pub fn plain(name: &str, case: fn()) -> Trial {
+    Trial::test(name, move || {
+        case();
+        Ok(())
+    })
+}
+
 /// Runs the trials as `cargo test` runs tests: the same arguments, filters
 /// and summary.
 pub fn main(trials: Vec<Trial>) -> ! {
@@ -61,9 +69,15 @@ pub fn main(trials: Vec<Trial>) -> ! {
 }
 
 /// Trials of async functions that take nothing: `trials!(NEEDS; case, ..)`,
-/// or `trials!(always; case, ..)` for cases that need no server.
+/// or `trials!(always; case, ..)` for cases that need no server;
+/// `trials!(plain; ..)` for functions that are not async.
 #[macro_export]
 macro_rules! trials {
+    (plain; $($case:path),* $(,)?) => {
+        vec![$(
+            $crate::harness::plain($crate::harness::last_segment(stringify!($case)), $case),
+        )*]
+    };
     (always; $($case:path),* $(,)?) => {
         vec![$(
             $crate::harness::always($crate::harness::last_segment(stringify!($case)), || $case()),

@@ -9,6 +9,8 @@
 //! - [`Provider`]: keeps the first refund under a key, makes one per call
 //!   without a key, takes a real (yielding) network delay, and counts.
 //! - [`assert_one_action`] and [`assert_same_key_for_same_ask`].
+//! - [`conformance`]: the suite that proves a [`Store`](crate::Store) keeps
+//!   every promise the project's stores keep; one call runs it all.
 //!
 //! Enabled by the `testing` feature; the crate's own tests and examples have it.
 //!
@@ -66,6 +68,7 @@
 //! ```
 
 mod assert;
+pub mod conformance;
 mod model;
 mod provider;
 mod runner;

@@ -1,15 +1,10 @@
-//! The cancellation and store-fault suite every store must pass, written
-//! once: calls dropped at every `.await`, a storm of calls cancelled at
-//! random, a renewal that stalls, completions that fail.
-//!
-//! A store's test file instantiates it with `cancellation_suite!(make())`,
-//! where `make()` is an async expression giving `Option<Arc<dyn Store>>`
-//! (`None` skips, for a server that is not configured outside CI).
+//! Calls cancelled and stores that fail: calls dropped at every `.await`, a
+//! storm of calls cancelled at random, a renewal that stalls, completions
+//! that fail for a while or for good.
 //!
 //! Every follow-up call here has a lease of an hour and a wait far shorter:
 //! a claim left behind by a dropped call would make it fail with
 //! `InProgress`, so none of these cases can pass by waiting a lease out.
-#![allow(dead_code)]
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,30 +13,57 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use idempotent_tools::{
-    Call, Claim, ClaimAnswer, ClaimRequest, Error, Finished, Key, Outcome, Run, Store, StoreError,
-    StoreFuture, StoreResult, Takeover,
-};
-use tokio::sync::{Barrier, Notify};
+use tokio::sync::Barrier;
 
-use crate::adversarial::{PATIENCE, PayError, Provider, Refund, fresh_run, refund_call};
+use super::case::{Case, case};
+use super::faulty::Faulty;
+use super::kit::{CountingProvider, PATIENCE, RefundError, Refunded, fresh_run, refund_call};
+use crate::{Call, Error, Outcome, Run, Store, StoreError, Takeover};
+
+pub(super) fn cases() -> Vec<Case> {
+    vec![
+        case!(
+            a_storm_of_identical_calls_cancelled_at_random_acts_once,
+            [],
+            |s| a_storm_of_identical_calls_cancelled_at_random_acts_once(s.store, 1000)
+        ),
+        case!(
+            a_call_dropped_at_any_await_leaves_no_claim_and_loses_no_result,
+            []
+        ),
+        case!(
+            a_call_dropped_before_acting_is_never_reported_as_an_unknown_outcome,
+            []
+        ),
+        case!(a_stalled_renewal_never_stalls_the_action, []),
+        case!(
+            a_completion_that_fails_briefly_is_tried_again_and_recorded,
+            []
+        ),
+        case!(a_completion_that_keeps_failing_says_the_action_ran, []),
+        case!(
+            an_unrecorded_result_is_not_acted_again_under_report_unknown,
+            [Leases]
+        ),
+    ]
+}
 
 /// The lease of every call here: far longer than any case may take.
-pub const LONG_LEASE: Duration = Duration::from_secs(3600);
+const LONG_LEASE: Duration = Duration::from_secs(3600);
 
 /// How long a follow-up may wait for a call that is really in flight (a
 /// completion or release still on its way); far shorter than a lease.
-pub const FOLLOW_UP_WAIT: Duration = Duration::from_secs(10);
+const FOLLOW_UP_WAIT: Duration = Duration::from_secs(10);
 
 /// Polls a future at most `polls` times, then drops it, as a timeout or a
 /// `select!` would. `None` if it was dropped before it finished.
-pub struct PollLimit<F> {
+struct PollLimit<F> {
     fut: Option<Pin<Box<F>>>,
     polls: usize,
 }
 
 impl<F: Future> PollLimit<F> {
-    pub fn new(fut: F, polls: usize) -> PollLimit<F> {
+    fn new(fut: F, polls: usize) -> PollLimit<F> {
         PollLimit {
             fut: Some(Box::pin(fut)),
             polls,
@@ -74,8 +96,8 @@ impl<F: Future> Future for PollLimit<F> {
 
 /// A stand-in provider plus a count of actions that ran to their end.
 #[derive(Default)]
-pub struct Counted {
-    pub provider: Provider,
+struct Counted {
+    provider: CountingProvider,
     ended: AtomicUsize,
 }
 
@@ -83,7 +105,7 @@ impl Counted {
     /// A refund action with an `.await` before and after the provider call,
     /// so a drop can land before it acts, after it acts but before it
     /// returns, or after it returns.
-    pub async fn refund(&self) -> Result<Refund, PayError> {
+    async fn refund(&self) -> Result<Refunded, RefundError> {
         tokio::task::yield_now().await;
         let refund = self.provider.refund("1182", 42);
         tokio::task::yield_now().await;
@@ -92,19 +114,19 @@ impl Counted {
     }
 
     /// How many actions returned their result.
-    pub fn ended(&self) -> usize {
+    fn ended(&self) -> usize {
         self.ended.load(Ordering::SeqCst)
     }
 }
 
 /// The call every case makes: a refund of 42 on order 1182 with a long lease.
-pub fn call(store: &Arc<dyn Store>, run: &Run) -> Call {
+fn call(store: &Arc<dyn Store>, run: &Run) -> Call {
     refund_call(store, run, "1182", 42).lease(LONG_LEASE)
 }
 
 /// Asks once more after the case, and returns what it got: it must be
 /// answered without waiting out a lease.
-async fn follow_up(store: &Arc<dyn Store>, run: &Run, counted: &Counted) -> Outcome<Refund> {
+async fn follow_up(store: &Arc<dyn Store>, run: &Run, counted: &Counted) -> Outcome<Refunded> {
     call(store, run)
         .wait(FOLLOW_UP_WAIT)
         .run(counted.refund())
@@ -112,15 +134,13 @@ async fn follow_up(store: &Arc<dyn Store>, run: &Run, counted: &Counted) -> Outc
         .unwrap_or_else(|e| panic!("the follow-up call must be answered: {e:?}"))
 }
 
-pub async fn a_call_dropped_at_any_await_leaves_no_claim_and_loses_no_result(
-    store: Arc<dyn Store>,
-) {
+async fn a_call_dropped_at_any_await_leaves_no_claim_and_loses_no_result(store: Arc<dyn Store>) {
     dropped_at_every_await(store, Takeover::Rerun).await;
 }
 
 /// Under `ReportUnknown` a claim left behind would be taken over and
 /// reported as an unknown outcome, though its action never ran.
-pub async fn a_call_dropped_before_acting_is_never_reported_as_an_unknown_outcome(
+async fn a_call_dropped_before_acting_is_never_reported_as_an_unknown_outcome(
     store: Arc<dyn Store>,
 ) {
     dropped_at_every_await(store, Takeover::ReportUnknown).await;
@@ -180,7 +200,7 @@ impl XorShift {
     }
 }
 
-pub async fn a_storm_of_identical_calls_cancelled_at_random_acts_once(
+async fn a_storm_of_identical_calls_cancelled_at_random_acts_once(
     store: Arc<dyn Store>,
     callers: usize,
 ) {
@@ -234,103 +254,11 @@ pub async fn a_storm_of_identical_calls_cancelled_at_random_acts_once(
     }
 }
 
-/// A store with faults put in: renewals that stall until let through (as a
-/// row lock or a busy database stalls them), and completions that fail as
-/// unreachable a number of times.
-pub struct Faulty {
-    inner: Arc<dyn Store>,
-    stall_renewals: bool,
-    pub renewal_entered: Notify,
-    pub let_renewals_through: Notify,
-    failing_completions: AtomicUsize,
-    pub completions: AtomicUsize,
-}
-
-impl Faulty {
-    pub fn new(inner: Arc<dyn Store>) -> Faulty {
-        Faulty {
-            inner,
-            stall_renewals: false,
-            renewal_entered: Notify::new(),
-            let_renewals_through: Notify::new(),
-            failing_completions: AtomicUsize::new(0),
-            completions: AtomicUsize::new(0),
-        }
-    }
-
-    /// Renews every millisecond, and every renewal stalls.
-    pub fn stalling_renewals(mut self) -> Faulty {
-        self.stall_renewals = true;
-        self
-    }
-
-    /// The next `failures` completions fail as unreachable.
-    pub fn failing_completions(self, failures: usize) -> Faulty {
-        self.failing_completions.store(failures, Ordering::SeqCst);
-        self
-    }
-}
-
-impl Store for Faulty {
-    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> {
-        self.inner.claim(req)
-    }
-    fn complete<'a>(
-        &'a self,
-        claim: &'a Claim,
-        finished: Finished,
-    ) -> StoreFuture<'a, StoreResult<()>> {
-        self.completions.fetch_add(1, Ordering::SeqCst);
-        let fail = self
-            .failing_completions
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if fail {
-            return StoreFuture::ready(Err(StoreError::Unavailable("the store is down".into())));
-        }
-        self.inner.complete(claim, finished)
-    }
-    fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
-        self.inner.release(claim)
-    }
-    fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
-        if !self.stall_renewals {
-            return self.inner.renew(claim, lease);
-        }
-        StoreFuture::boxed(async move {
-            self.renewal_entered.notify_one();
-            self.let_renewals_through.notified().await;
-            self.inner.renew(claim, lease).await
-        })
-    }
-    fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
-        self.inner.purge_expired()
-    }
-    fn forget_with<'a>(
-        &'a self,
-        key: &'a Key,
-        how: idempotent_tools::Forget,
-    ) -> StoreFuture<'a, StoreResult<bool>> {
-        self.inner.forget_with(key, how)
-    }
-    fn answers_at_once(&self) -> bool {
-        // Failing completions take the path of stores that do I/O.
-        self.inner.answers_at_once() && self.failing_completions.load(Ordering::SeqCst) == 0
-    }
-    fn renew_every(&self, lease: Duration) -> Option<Duration> {
-        if self.stall_renewals {
-            Some(Duration::from_millis(1))
-        } else {
-            self.inner.renew_every(lease)
-        }
-    }
-}
-
-pub async fn a_stalled_renewal_never_stalls_the_action(store: Arc<dyn Store>) {
+async fn a_stalled_renewal_never_stalls_the_action(store: Arc<dyn Store>) {
     let stalled = Arc::new(Faulty::new(store).stalling_renewals());
     let store: Arc<dyn Store> = stalled.clone();
     let run = fresh_run();
-    let provider = Provider::default();
+    let provider = CountingProvider::default();
     let outcome = tokio::time::timeout(
         PATIENCE,
         call(&store, &run).run(async {
@@ -340,7 +268,7 @@ pub async fn a_stalled_renewal_never_stalls_the_action(store: Arc<dyn Store>) {
             for _ in 0..5 {
                 tokio::task::yield_now().await;
             }
-            Ok::<_, PayError>(provider.refund("1182", 42))
+            Ok::<_, RefundError>(provider.refund("1182", 42))
         }),
     )
     .await
@@ -351,7 +279,7 @@ pub async fn a_stalled_renewal_never_stalls_the_action(store: Arc<dyn Store>) {
     assert_eq!(provider.refunds(), 1);
 }
 
-pub async fn a_completion_that_fails_briefly_is_tried_again_and_recorded(store: Arc<dyn Store>) {
+async fn a_completion_that_fails_briefly_is_tried_again_and_recorded(store: Arc<dyn Store>) {
     let failing = Arc::new(Faulty::new(store).failing_completions(3));
     let store: Arc<dyn Store> = failing.clone();
     let run = fresh_run();
@@ -367,7 +295,7 @@ pub async fn a_completion_that_fails_briefly_is_tried_again_and_recorded(store: 
     assert_eq!(counted.provider.refunds(), 1);
 }
 
-pub async fn a_completion_that_keeps_failing_says_the_action_ran(store: Arc<dyn Store>) {
+async fn a_completion_that_keeps_failing_says_the_action_ran(store: Arc<dyn Store>) {
     let store: Arc<dyn Store> = Arc::new(Faulty::new(store).failing_completions(usize::MAX));
     let run = fresh_run();
     let counted = Counted::default();
@@ -390,7 +318,7 @@ pub async fn a_completion_that_keeps_failing_says_the_action_ran(store: Arc<dyn 
     assert_eq!(counted.provider.refunds(), 1);
 }
 
-pub async fn an_unrecorded_result_is_not_acted_again_under_report_unknown(store: Arc<dyn Store>) {
+async fn an_unrecorded_result_is_not_acted_again_under_report_unknown(store: Arc<dyn Store>) {
     let failing: Arc<dyn Store> =
         Arc::new(Faulty::new(store.clone()).failing_completions(usize::MAX));
     let run = fresh_run();
@@ -416,66 +344,4 @@ pub async fn an_unrecorded_result_is_not_acted_again_under_report_unknown(store:
         "{retry:?}"
     );
     assert_eq!(counted.provider.refunds(), 1, "the action ran again");
-}
-
-/// Instantiates every case above as a test, on a multi-thread runtime.
-#[macro_export]
-macro_rules! cancellation_suite {
-    ($make:expr) => {
-        $crate::cancellation_suite!(@list tests, $make, [
-            an_unrecorded_result_is_not_acted_again_under_report_unknown,
-        ]);
-    };
-    // Leaves out what needs a lease that runs out.
-    ($make:expr, durable = false) => {
-        $crate::cancellation_suite!(@list tests, $make, []);
-    };
-    // An expression: every case as a trial that needs `$needs` set.
-    (trials $needs:expr, $make:expr) => {
-        $crate::cancellation_suite!(@list trials $needs, $make, [
-            an_unrecorded_result_is_not_acted_again_under_report_unknown,
-        ])
-    };
-    (@list $how:ident $($needs:expr)?, $make:expr, [$($durable:ident,)*]) => {
-        $crate::cancellation_suite!{@cases $how $($needs)?, $make,
-            a_call_dropped_at_any_await_leaves_no_claim_and_loses_no_result,
-            a_call_dropped_before_acting_is_never_reported_as_an_unknown_outcome,
-            a_stalled_renewal_never_stalls_the_action,
-            a_completion_that_fails_briefly_is_tried_again_and_recorded,
-            a_completion_that_keeps_failing_says_the_action_ran,
-            $($durable,)*
-        }
-    };
-    (@cases trials $needs:expr, $make:expr, $($case:ident),* $(,)?) => {
-        vec![
-            $crate::harness::trial(
-                "a_storm_of_identical_calls_cancelled_at_random_acts_once",
-                $needs,
-                || async {
-                    let store = $make.await.expect("a store");
-                    cancellation::a_storm_of_identical_calls_cancelled_at_random_acts_once(store, 1000)
-                        .await;
-                },
-            ),
-            $($crate::harness::trial(stringify!($case), $needs, || async {
-                let store = $make.await.expect("a store");
-                cancellation::$case(store).await;
-            }),)*
-        ]
-    };
-    (@cases tests, $make:expr, $($case:ident),* $(,)?) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-        async fn a_storm_of_identical_calls_cancelled_at_random_acts_once() {
-            let Some(store) = $make.await else { return };
-            cancellation::a_storm_of_identical_calls_cancelled_at_random_acts_once(store, 1000)
-                .await;
-        }
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $case() {
-                let Some(store) = $make.await else { return };
-                cancellation::$case(store).await;
-            }
-        )*
-    };
 }

@@ -3,22 +3,33 @@
 //! counts by tool and state; forgetting, which refuses a live claim unless
 //! forced.
 //!
-//! A store's test file instantiates every case with
-//! `inspection_suite!(make)` (or `inspection_suite!(trials NEEDS, make)`
-//! under the harness), where `make` is an expression giving
-//! `Option<Arc<dyn Store>>`. Keys carry a fresh run per case, and every
-//! listing filters on it, so cases never see each other's records.
-#![allow(dead_code)]
+//! Every listing filters on the case's fresh run, so cases never see each
+//! other's records. A store that does not offer a step
+//! (`StoreError::Unsupported`) has the case reported ignored.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use idempotent_tools::{
+use super::case::{Case, case};
+use super::kit::{fresh_run, offered, refund_key, usd};
+use crate::{
     Claim, ClaimAnswer, ClaimRequest, Ending, Finished, Forget, Key, RecordQuery, RecordState,
     Recorded, Run, Store, StoreError, ToolId,
 };
 
-use crate::adversarial::{fresh_run, refund_key, usd};
+pub(super) fn cases() -> Vec<Case> {
+    vec![
+        case!(records_are_listed_by_state_tool_and_run, []),
+        case!(a_listing_pages_through_every_record_once, []),
+        case!(
+            an_age_filter_keeps_only_records_that_changed_long_enough_ago,
+            []
+        ),
+        case!(one_record_reads_in_full, []),
+        case!(counts_are_by_tool_and_state, []),
+        case!(forgetting_refuses_a_live_claim_unless_forced, []),
+    ]
+}
 
 static REFUND: ToolId = ToolId::new("shop::refund_order");
 static CANCEL: ToolId = ToolId::new("shop::cancel_order");
@@ -94,14 +105,14 @@ async fn one_of_each(store: &dyn Store) -> (Run, Claim) {
     (run, held)
 }
 
-fn keys(page: &idempotent_tools::RecordPage) -> Vec<String> {
+fn keys(page: &crate::RecordPage) -> Vec<String> {
     page.records
         .iter()
         .map(|r| r.key.as_str().to_owned())
         .collect()
 }
 
-pub async fn records_are_listed_by_state_tool_and_run(store: Arc<dyn Store>) {
+async fn records_are_listed_by_state_tool_and_run(store: Arc<dyn Store>) {
     let (run, _held) = one_of_each(&*store).await;
     let other_run = fresh_run();
     finish(
@@ -114,7 +125,7 @@ pub async fn records_are_listed_by_state_tool_and_run(store: Arc<dyn Store>) {
     .await;
     let mine = RecordQuery::new().run(run.as_str());
 
-    let all = store.list(&mine).await.expect("list");
+    let all = offered(store.list(&mine).await);
     let expect = ["a-held", "b-done", "c-unknown", "d-error"]
         .map(|order| refund_key(&run, order).as_str().to_owned());
     assert_eq!(keys(&all), expect);
@@ -126,19 +137,16 @@ pub async fn records_are_listed_by_state_tool_and_run(store: Arc<dyn Store>) {
         (RecordState::Unknown, "c-unknown"),
         (RecordState::RecordedError, "d-error"),
     ] {
-        let page = store.list(&mine.clone().state(state)).await.expect("list");
+        let page = offered(store.list(&mine.clone().state(state)).await);
         assert_eq!(keys(&page), [refund_key(&run, order).as_str()], "{state}");
         assert_eq!(page.records[0].state, state);
     }
-    let cancels = store
-        .list(&mine.clone().tool(CANCEL.as_str()))
-        .await
-        .expect("list");
+    let cancels = offered(store.list(&mine.clone().tool(CANCEL.as_str())).await);
     assert_eq!(keys(&cancels), [refund_key(&run, "d-error").as_str()]);
     assert_eq!(cancels.records[0].tool, CANCEL);
 }
 
-pub async fn a_listing_pages_through_every_record_once(store: Arc<dyn Store>) {
+async fn a_listing_pages_through_every_record_once(store: Arc<dyn Store>) {
     let run = fresh_run();
     let mut expect = Vec::new();
     for n in 0..7 {
@@ -150,7 +158,7 @@ pub async fn a_listing_pages_through_every_record_once(store: Arc<dyn Store>) {
     let mut query = RecordQuery::new().run(run.as_str()).limit(3);
     let mut pages = 0;
     loop {
-        let page = store.list(&query).await.expect("list");
+        let page = offered(store.list(&query).await);
         pages += 1;
         assert!(page.records.len() <= 3);
         seen.extend(keys(&page));
@@ -163,7 +171,7 @@ pub async fn a_listing_pages_through_every_record_once(store: Arc<dyn Store>) {
     assert_eq!(pages, 3);
 }
 
-pub async fn an_age_filter_keeps_only_records_that_changed_long_enough_ago(store: Arc<dyn Store>) {
+async fn an_age_filter_keeps_only_records_that_changed_long_enough_ago(store: Arc<dyn Store>) {
     let (run, _held) = one_of_each(&*store).await;
     let two_hours_ago = SystemTime::now() - Duration::from_secs(2 * 3600);
     let old = refund_key(&run, "e-old");
@@ -180,25 +188,23 @@ pub async fn an_age_filter_keeps_only_records_that_changed_long_enough_ago(store
 
     // Finished two hours ago; the rest just now, and the held claim's
     // lease is live, so it has no age yet.
-    let an_hour = store
-        .list(&mine.clone().older_than(Duration::from_secs(3600)))
-        .await
-        .expect("list");
+    let an_hour = offered(
+        store
+            .list(&mine.clone().older_than(Duration::from_secs(3600)))
+            .await,
+    );
     assert_eq!(keys(&an_hour), [old.as_str()]);
-    let three_hours = store
-        .list(&mine.older_than(Duration::from_secs(3 * 3600)))
-        .await
-        .expect("list");
+    let three_hours = offered(
+        store
+            .list(&mine.older_than(Duration::from_secs(3 * 3600)))
+            .await,
+    );
     assert!(three_hours.records.is_empty(), "{:?}", keys(&three_hours));
 }
 
-pub async fn one_record_reads_in_full(store: Arc<dyn Store>) {
+async fn one_record_reads_in_full(store: Arc<dyn Store>) {
     let (run, held) = one_of_each(&*store).await;
-    let done = store
-        .inspect(&refund_key(&run, "b-done"))
-        .await
-        .expect("inspect")
-        .expect("a record");
+    let done = offered(store.inspect(&refund_key(&run, "b-done")).await).expect("a record");
     assert_eq!(done.key, refund_key(&run, "b-done"));
     assert_eq!(done.tool, REFUND);
     assert_eq!(done.state, RecordState::Done);
@@ -214,29 +220,22 @@ pub async fn one_record_reads_in_full(store: Arc<dyn Store>) {
     assert!(done.finished_at.is_some());
     assert!(done.expires_at.is_some_and(|at| at > SystemTime::now()));
 
-    let claimed = store
-        .inspect(&refund_key(&run, "a-held"))
-        .await
-        .expect("inspect")
-        .expect("a record");
+    let claimed = offered(store.inspect(&refund_key(&run, "a-held")).await).expect("a record");
     assert_eq!(claimed.state, RecordState::Held);
     assert_eq!(claimed.owner, Some(held.owner));
     assert_eq!(claimed.fence, held.fence);
     assert!(claimed.result.is_none());
     assert!(claimed.lease_is_live(SystemTime::now()));
 
-    let missing = store
-        .inspect(&refund_key(&run, "never"))
-        .await
-        .expect("inspect");
+    let missing = offered(store.inspect(&refund_key(&run, "never")).await);
     assert!(missing.is_none());
 }
 
-pub async fn counts_are_by_tool_and_state(store: Arc<dyn Store>) {
-    let before = store.count().await.expect("count");
+async fn counts_are_by_tool_and_state(store: Arc<dyn Store>) {
+    let before = offered(store.count().await);
     let (_run, _held) = one_of_each(&*store).await;
-    let after = store.count().await.expect("count");
-    let of = |counts: &[idempotent_tools::RecordCount], tool: &ToolId, state| {
+    let after = offered(store.count().await);
+    let of = |counts: &[crate::RecordCount], tool: &ToolId, state| {
         counts
             .iter()
             .find(|c| c.tool == *tool && c.state == state)
@@ -260,44 +259,27 @@ pub async fn counts_are_by_tool_and_state(store: Arc<dyn Store>) {
     );
 }
 
-pub async fn forgetting_refuses_a_live_claim_unless_forced(store: Arc<dyn Store>) {
+async fn forgetting_refuses_a_live_claim_unless_forced(store: Arc<dyn Store>) {
     let (run, held) = one_of_each(&*store).await;
     let held_key = refund_key(&run, "a-held");
 
-    let refused = store.forget(&held_key).await.expect_err("a live claim");
+    let refused = match store.forget(&held_key).await {
+        Err(StoreError::Unsupported(step)) => offered(Err(StoreError::Unsupported(step))),
+        other => other.expect_err("a live claim"),
+    };
     assert!(
         matches!(refused, StoreError::LiveClaim { .. }),
         "{refused:?}"
     );
     assert!(refused.to_string().contains("lease is live"), "{refused}");
-    assert!(store.inspect(&held_key).await.expect("inspect").is_some());
+    assert!(offered(store.inspect(&held_key).await).is_some());
 
-    assert!(
-        store
-            .forget(&refund_key(&run, "c-unknown"))
-            .await
-            .expect("forget")
-    );
-    assert!(
-        !store
-            .forget(&refund_key(&run, "c-unknown"))
-            .await
-            .expect("forget again")
-    );
-    assert!(
-        !store
-            .forget(&refund_key(&run, "never"))
-            .await
-            .expect("nothing there")
-    );
+    assert!(offered(store.forget(&refund_key(&run, "c-unknown")).await));
+    assert!(!offered(store.forget(&refund_key(&run, "c-unknown")).await));
+    assert!(!offered(store.forget(&refund_key(&run, "never")).await));
 
-    assert!(
-        store
-            .forget_with(&held_key, Forget::Force)
-            .await
-            .expect("forced")
-    );
-    assert!(store.inspect(&held_key).await.expect("inspect").is_none());
+    assert!(offered(store.forget_with(&held_key, Forget::Force).await));
+    assert!(offered(store.inspect(&held_key).await).is_none());
     // The forced holder's completion changes nothing.
     let late = Finished {
         ending: Ending::Ok,
@@ -310,42 +292,4 @@ pub async fn forgetting_refuses_a_live_claim_unless_forced(store: Arc<dyn Store>
     ));
     // And the key may be claimed again at once.
     claim(&*store, &held_key, &REFUND).await;
-}
-
-/// Instantiates every case above, on a multi-thread runtime.
-#[macro_export]
-macro_rules! inspection_suite {
-    ($make:expr) => {
-        $crate::inspection_suite!(@list tests, $make);
-    };
-    (trials $needs:expr, $make:expr) => {
-        $crate::inspection_suite!(@list trials $needs, $make)
-    };
-    (@list $($how:tt)*) => {
-        $crate::inspection_suite!{@cases $($how)*,
-            records_are_listed_by_state_tool_and_run,
-            a_listing_pages_through_every_record_once,
-            an_age_filter_keeps_only_records_that_changed_long_enough_ago,
-            one_record_reads_in_full,
-            counts_are_by_tool_and_state,
-            forgetting_refuses_a_live_claim_unless_forced,
-        }
-    };
-    (@cases trials $needs:expr, $make:expr, $($case:ident),* $(,)?) => {
-        vec![
-            $($crate::harness::trial(stringify!($case), $needs, || async {
-                let store = $make.await.expect("a store");
-                inspection::$case(store).await;
-            }),)*
-        ]
-    };
-    (@cases tests, $make:expr, $($case:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                let Some(store) = $make.await else { return };
-                inspection::$case(store).await;
-            }
-        )*
-    };
 }

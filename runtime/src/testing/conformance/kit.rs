@@ -1,0 +1,297 @@
+//! What every case is made of: a stand-in provider that counts the refunds
+//! that reached it, the refund call a tool makes, fresh runs so that cases
+//! never see each other's records, and the store-level steps (claim,
+//! complete) that the durable cases take by hand.
+//!
+//! A store's own tests use these too, so that they read like the suite's.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+use crate::{
+    Call, Claim, ClaimAnswer, ClaimRequest, Ending, Error, Fingerprint, Finished, Key, Outcome,
+    Recorded, Run, Store, StoreError, StoreResult, ToolId, Wait,
+};
+
+/// How long a case may wait for something that must happen. Reaching it is a
+/// failure, never a synchronisation.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// The tool every refund here is made for.
+pub static TOOL: ToolId = ToolId::new("shop::refund_order");
+
+/// The refund tool's error type: a refusal by the provider, or the guard's
+/// own error.
+#[derive(Debug, thiserror::Error, Serialize, Deserialize, Clone)]
+pub enum RefundError {
+    /// The provider declined the refund.
+    #[error("declined: {0}")]
+    Declined(String),
+    /// The guard refused or failed; never recorded.
+    #[serde(skip)]
+    #[error("the guard refused the refund")]
+    Guard(#[source] Arc<Error>),
+}
+
+impl From<Error> for RefundError {
+    fn from(err: Error) -> RefundError {
+        RefundError::Guard(Arc::new(err))
+    }
+}
+
+impl PartialEq for RefundError {
+    fn eq(&self, other: &RefundError) -> bool {
+        match (self, other) {
+            (RefundError::Declined(a), RefundError::Declined(b)) => a == b,
+            (RefundError::Guard(a), RefundError::Guard(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl RefundError {
+    /// The guard's error, if this is one.
+    pub fn guard(&self) -> Option<&Error> {
+        match self {
+            RefundError::Guard(err) => Some(err),
+            RefundError::Declined(_) => None,
+        }
+    }
+}
+
+/// A refund as the stand-in provider returns it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Refunded {
+    /// The provider's id for it: `re_1`, `re_2`, ...
+    pub id: String,
+    /// The order refunded.
+    pub order_id: String,
+    /// The amount, in dollars.
+    pub usd: u64,
+}
+
+/// A stand-in provider that counts every refund that reached it: the count
+/// is what a case asserts on, since it is what a customer would see.
+#[derive(Debug, Default)]
+pub struct CountingProvider {
+    refunds: AtomicUsize,
+}
+
+impl CountingProvider {
+    /// Makes one refund and counts it.
+    pub fn refund(&self, order_id: &str, usd: u64) -> Refunded {
+        let n = self.refunds.fetch_add(1, Ordering::SeqCst) + 1;
+        Refunded {
+            id: format!("re_{n}"),
+            order_id: order_id.to_owned(),
+            usd,
+        }
+    }
+
+    /// How many refunds reached the provider.
+    pub fn refunds(&self) -> usize {
+        self.refunds.load(Ordering::SeqCst)
+    }
+}
+
+/// A refund tool's action: one refund of `usd` on order 1182 at `provider`.
+pub async fn refunds(provider: &CountingProvider, usd: u64) -> Result<Refunded, RefundError> {
+    Ok(provider.refund("1182", usd))
+}
+
+/// A run id no other case uses, in this process or another.
+pub fn fresh_run() -> Run {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    Run::new(format!("run-{}-{nanos}-{n}", std::process::id())).expect("a non-empty run id")
+}
+
+/// The key a refund tool builds: `<run>:refund:<order_id>`.
+pub fn refund_key(run: &Run, order_id: &str) -> Key {
+    Key::builder()
+        .part("run", run)
+        .and_then(|b| b.literal(":refund:"))
+        .and_then(|b| b.part("order_id", order_id))
+        .and_then(|b| b.finish())
+        .expect("a valid key")
+}
+
+/// The fingerprint of a refund's arguments: its amount.
+pub fn usd(usd: u64) -> Fingerprint {
+    Fingerprint::builder()
+        .arg("usd", &usd)
+        .expect("a fingerprint")
+        .finish()
+}
+
+/// A refund call as a tool would make it.
+pub fn refund_call(store: &Arc<dyn Store>, run: &Run, order_id: &str, amount: u64) -> Call {
+    Call::new(TOOL.as_str(), refund_key(run, order_id))
+        .fingerprint(usd(amount))
+        .store(store)
+}
+
+/// A claim for [`TOOL`] with an amount of 42 and an hour's retention.
+pub fn request(key: &Key, lease: Duration) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key,
+        tool: &TOOL,
+        fingerprint: usd(42),
+        lease,
+        retention: Duration::from_secs(3600),
+    }
+}
+
+/// A successful ending recording `json`.
+pub fn finished(json: &str) -> Finished {
+    Finished {
+        ending: Ending::Ok,
+        value: Recorded::from_json(json),
+        finished_at: SystemTime::now(),
+    }
+}
+
+/// Claims, and fails unless the claim is now held.
+pub async fn claimed(store: &dyn Store, req: ClaimRequest<'_>) -> Claim {
+    match store.claim(req).await.expect("claim") {
+        ClaimAnswer::Claimed(claim) => claim,
+        other => panic!("expected to hold the claim, got {other:?}"),
+    }
+}
+
+/// Claims a key someone else holds, and returns the wait.
+pub async fn in_flight(store: &dyn Store, key: &Key) -> Wait {
+    match store
+        .claim(request(key, Duration::from_secs(30)))
+        .await
+        .expect("claim")
+    {
+        ClaimAnswer::InFlight(woken) => woken,
+        other => panic!("expected the claim in flight, got {other:?}"),
+    }
+}
+
+/// Refunds order 1182 of `run` through `store`, which must refuse as
+/// unavailable without the action ever reaching `provider`.
+pub async fn refused_as_unavailable(
+    store: &Arc<dyn Store>,
+    run: &Run,
+    provider: &CountingProvider,
+) {
+    let refused = refund_call(store, run, "1182", 42)
+        .run(refunds(provider, 42))
+        .await;
+    match &refused {
+        Err(err) => assert!(
+            matches!(err.guard(), Some(Error::Store(StoreError::Unavailable(_)))),
+            "{err:?}"
+        ),
+        Ok(outcome) => panic!("the action ran without a claim: {outcome:?}"),
+    }
+    assert_eq!(provider.refunds(), 0, "no action may run without a claim");
+}
+
+/// Times 200 fresh calls and their replays through `store`, and prints the
+/// means (`measured: ...`), for a store's own latency figures.
+pub async fn measure_latency_of_a_guarded_call(store: Arc<dyn Store>) {
+    let run = fresh_run();
+    let n = 200u32;
+    let started = std::time::Instant::now();
+    for order in 0..n {
+        let _ = refund_call(&store, &run, &order.to_string(), 42)
+            .run(async { Ok::<_, RefundError>(order) })
+            .await
+            .expect("fresh");
+    }
+    let fresh = started.elapsed() / n;
+    let started = std::time::Instant::now();
+    for order in 0..n {
+        let outcome = refund_call(&store, &run, &order.to_string(), 42)
+            .run(async { Ok::<_, RefundError>(order) })
+            .await
+            .expect("replay");
+        assert!(outcome.is_replay());
+    }
+    let replay = started.elapsed() / n;
+    println!("measured: a fresh call (claim + complete) {fresh:?}, a replay {replay:?}");
+}
+
+/// Awaits `fut`, failing the case if it takes longer than [`PATIENCE`].
+pub(crate) async fn within<F: Future>(what: &str, fut: F) -> F::Output {
+    match tokio::time::timeout(PATIENCE, fut).await {
+        Ok(out) => out,
+        Err(_) => panic!("{what} did not happen within {PATIENCE:?}"),
+    }
+}
+
+/// How the panic that ends a case on a step the store does not offer
+/// (`StoreError::Unsupported`) begins: the case is reported ignored, not
+/// passed.
+pub(crate) const NOT_OFFERED: &str = "the store does not offer";
+
+/// The value of an inspection step, or the end of the case, reported
+/// ignored, if the store does not offer the step.
+pub(crate) fn offered<T>(step: StoreResult<T>) -> T {
+    match step {
+        Ok(value) => value,
+        Err(StoreError::Unsupported(step)) => {
+            panic!("{NOT_OFFERED} `{step}` (StoreError::Unsupported): the case is ignored")
+        }
+        Err(err) => panic!("the store failed: {err:?}"),
+    }
+}
+
+/// How a held action ends once it is told to finish.
+#[derive(Clone, Copy)]
+pub(crate) enum Ends {
+    /// It refunds order 1182 for 42 at the provider.
+    Refunding,
+    /// It fails without reaching the provider.
+    Failing,
+}
+
+/// A refund call in flight: its action is running and waits to be told to
+/// finish, so a case can act while the claim is held.
+pub(crate) struct Holder {
+    finish: Arc<Notify>,
+    task: tokio::task::JoinHandle<Result<Outcome<Refunded>, RefundError>>,
+}
+
+impl Holder {
+    /// Starts `call` on its own task and returns once its action runs.
+    pub(crate) async fn start(call: Call, provider: Arc<CountingProvider>, ends: Ends) -> Holder {
+        let entered = Arc::new(Notify::new());
+        let finish = Arc::new(Notify::new());
+        let task = {
+            let (entered, finish) = (entered.clone(), finish.clone());
+            tokio::spawn(async move {
+                call.run(async {
+                    entered.notify_one();
+                    finish.notified().await;
+                    match ends {
+                        Ends::Refunding => Ok(provider.refund("1182", 42)),
+                        Ends::Failing => Err(RefundError::Declined("timeout".into())),
+                    }
+                })
+                .await
+            })
+        };
+        within("the holder acting", entered.notified()).await;
+        Holder { finish, task }
+    }
+
+    /// Lets the action finish and returns the holder's result.
+    pub(crate) async fn finish(self) -> Result<Outcome<Refunded>, RefundError> {
+        self.finish.notify_one();
+        within("the holder", self.task).await.expect("task")
+    }
+}

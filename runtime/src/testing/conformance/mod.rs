@@ -1,0 +1,231 @@
+//! The conformance suite: every promise the project's stores keep, as one
+//! set of test cases that runs against any [`Store`], yours included.
+//!
+//! A store is only as good as the claims it refuses. The suite races
+//! identical calls (in tasks and in OS processes), drops calls at every
+//! `.await`, fails completions, kills a holder with `kill -9` and pauses
+//! another past its lease, purges while keys are claimed again, and reads
+//! records back as an operator would. Each case counts what reached a
+//! stand-in provider: a case passes when every ask acted once.
+//!
+//! One call runs it all: [`Suite::new`] takes a factory that makes a fresh
+//! store for each case, from the case's [`Scope`] (its name, a unique id, a
+//! temporary directory), and [`Suite::run`] runs every case as `cargo test`
+//! runs tests, with the same arguments, filters and summary. Put it in a test
+//! target of its own with `harness = false`:
+//!
+//! ```toml
+//! [[test]]
+//! name = "conformance"
+//! harness = false
+//! ```
+//!
+//! ```no_run
+//! use idempotent_tools::testing::conformance::{Scope, Suite};
+//! use idempotent_tools::{
+//!     Claim, ClaimAnswer, ClaimRequest, Finished, Forget, Key, MemoryStore, Store, StoreFuture,
+//!     StoreResult,
+//! };
+//! use std::time::Duration;
+//!
+//! /// A third party's store; here it hands every step to a memory store.
+//! struct MyStore(MemoryStore);
+//!
+//! impl Store for MyStore {
+//!     fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> {
+//!         self.0.claim(req)
+//!     }
+//!     fn complete<'a>(&'a self, claim: &'a Claim, done: Finished) -> StoreFuture<'a, StoreResult<()>> {
+//!         self.0.complete(claim, done)
+//!     }
+//!     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
+//!         self.0.release(claim)
+//!     }
+//!     fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
+//!         self.0.renew(claim, lease)
+//!     }
+//!     fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
+//!         self.0.purge_expired()
+//!     }
+//!     fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
+//!         self.0.forget_with(key, how)
+//!     }
+//! }
+//!
+//! fn main() {
+//!     // A fresh store per case. A store on a file would open
+//!     // `scope.dir().join("claims.db")`; one on a server would use a
+//!     // schema or prefix named after `scope.id()`.
+//!     Suite::new(|_scope: Scope| async { MyStore(MemoryStore::new()) })
+//!         // Its holders live in this process: no OS-process cases, and
+//!         // leases that never run out.
+//!         .within_one_process()
+//!         .run()
+//! }
+//! ```
+//!
+//! A case the store cannot take part in is reported *ignored*, with the
+//! reason, never passed: an OS-process case for a store
+//! [within one process](Suite::within_one_process), a statement count for a
+//! store that does not [count them](Suite::counting_statements), a listing
+//! for a store whose [`Store::list`] is [`StoreError::Unsupported`](crate::StoreError::Unsupported), every
+//! case when the server's address [is not set](Suite::requiring_env).
+//!
+//! To run a store's own cases beside the suite, take the suite's
+//! [trials](Suite::trials) and add yours:
+//! `libtest_mimic::run(&Arguments::from_args(), trials).exit()`.
+//!
+//! The OS-process cases start the test binary again as children, each with
+//! a role to play: [`Suite::trials`] includes the children's entry point
+//! (a case named [`processes::ENTRY`]), which plays the role against a store
+//! the factory opens on the parent's scope (`scope.is_child()` is then
+//! true: open the parent's store, do not create a new one).
+//!
+//! [`kit`] holds the stand-in provider and the refund call the cases are
+//! made of, for a store's own cases to read like the suite's.
+
+mod cancellation;
+mod case;
+mod claims;
+mod durable;
+mod faulty;
+mod inspection;
+pub mod kit;
+mod leases;
+pub mod processes;
+mod releases;
+mod scope;
+mod trial;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+pub use libtest_mimic;
+use libtest_mimic::{Arguments, Trial};
+pub use scope::Scope;
+
+use crate::Store;
+
+/// The rows a purge deletes per statement in the batch-purging case, for a
+/// store [purging in batches](Suite::purging_in_batches): its factory reads
+/// it from [`Scope::purge_batch`].
+pub const PURGE_BATCH: usize = 10;
+
+type Make<S> = dyn Fn(Scope) -> Pin<Box<dyn Future<Output = S>>> + Send + Sync;
+type CleanUp = dyn Fn(Scope) -> Pin<Box<dyn Future<Output = ()>>> + Send + Sync;
+type Count<S> = dyn Fn(&S) -> u64 + Send + Sync;
+
+/// The conformance suite for one kind of store: what the store can and
+/// cannot do, and how to make a fresh one for each case.
+///
+/// See the [module](self) for an example.
+pub struct Suite<S> {
+    make: Arc<Make<S>>,
+    clean_up: Option<Arc<CleanUp>>,
+    count: Option<Arc<Count<S>>>,
+    one_process: bool,
+    batches: bool,
+    expiry: bool,
+    callers: usize,
+    env: Option<&'static str>,
+}
+
+impl<S: Store> Suite<S> {
+    /// The suite, making each case's store with `make`, from the case's
+    /// [`Scope`]. Cases never share a store, and keys carry a fresh run per
+    /// case, so stores on one server never see each other's records.
+    pub fn new<F, Fut>(make: F) -> Suite<S>
+    where
+        F: Fn(Scope) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = S> + 'static,
+    {
+        Suite {
+            make: Arc::new(move |scope| Box::pin(make(scope))),
+            clean_up: None,
+            count: None,
+            one_process: false,
+            batches: false,
+            expiry: false,
+            callers: 1000,
+            env: None,
+        }
+    }
+
+    /// The store lives within one process (as a memory store does): the
+    /// cases with OS processes are left out, and so are those that wait a
+    /// lease out, since a holder in the same process never stops without
+    /// releasing.
+    pub fn within_one_process(mut self) -> Suite<S> {
+        self.one_process = true;
+        self
+    }
+
+    /// How many statements (round trips) the store has sent so far, read
+    /// by `count`: the cases that prove each step takes one statement run
+    /// only with it.
+    pub fn counting_statements(
+        mut self,
+        count: impl Fn(&S) -> u64 + Send + Sync + 'static,
+    ) -> Suite<S> {
+        self.count = Some(Arc::new(count));
+        self
+    }
+
+    /// The store deletes expired records at most [`Scope::purge_batch`]
+    /// rows per statement, so that a purge never locks a table for long:
+    /// the batch-purging case runs, with [`PURGE_BATCH`].
+    pub fn purging_in_batches(mut self) -> Suite<S> {
+        self.batches = true;
+        self
+    }
+
+    /// The store forgets a record when its retention runs out by itself
+    /// (key expiry, as on Redis), so it needs no purge job and
+    /// [`Store::purge_expired`] returns 0. The cases that purge are left out,
+    /// and one that waits for a finished record to vanish runs instead.
+    pub fn retaining_by_expiry(mut self) -> Suite<S> {
+        self.expiry = true;
+        self
+    }
+
+    /// How many callers race for one key in the case that proves they act
+    /// once (1,000 unless set): fewer for a store whose every claim is a
+    /// round trip to a server.
+    pub fn racing_callers(mut self, callers: usize) -> Suite<S> {
+        self.callers = callers.max(1);
+        self
+    }
+
+    /// Every case needs the environment variable `var` (a server's
+    /// address): without it each is reported ignored ("needs `var`"), and
+    /// fails when `CI` is set, where a missing server is a broken set-up.
+    pub fn requiring_env(mut self, var: &'static str) -> Suite<S> {
+        self.env = Some(var);
+        self
+    }
+
+    /// Runs `clean_up` after each case, pass or fail, once its store is
+    /// dropped: to drop the schema or the keys the factory made for
+    /// `scope`. Not run in the OS-process cases' children.
+    pub fn cleaning_up<F, Fut>(mut self, clean_up: F) -> Suite<S>
+    where
+        F: Fn(Scope) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
+        self.clean_up = Some(Arc::new(move |scope| Box::pin(clean_up(scope))));
+        self
+    }
+
+    /// Every case as a trial, named for the behaviour it proves, to run
+    /// with [`libtest_mimic::run`] beside the store's own cases.
+    pub fn trials(self) -> Vec<Trial> {
+        trial::trials(Arc::new(self))
+    }
+
+    /// Runs every case as `cargo test` runs tests, and exits: the body of a
+    /// `harness = false` test target's `main`.
+    pub fn run(self) -> ! {
+        libtest_mimic::run(&Arguments::from_args(), self.trials()).exit()
+    }
+}

@@ -1,0 +1,223 @@
+//! The conformance suite can fail: a store that breaks a promise fails the
+//! case that proves it, and a store that does not offer a step has the case
+//! reported ignored, never passed.
+//!
+//! Each self-test runs one case of the suite against a store made wrong on
+//! purpose, and reads the suite's own conclusion.
+
+mod harness;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use idempotent_tools::testing::conformance::libtest_mimic::{self, Arguments, Conclusion};
+use idempotent_tools::testing::conformance::{Scope, Suite};
+use idempotent_tools::{
+    Claim, ClaimAnswer, ClaimRequest, Finished, Forget, Key, MemoryStore, Record, RecordCount,
+    RecordPage, RecordQuery, Store, StoreFuture, StoreResult,
+};
+
+/// How a store under self-test is made wrong.
+#[derive(Clone, Copy)]
+enum Flaw {
+    /// None: it hands every step to a memory store.
+    None,
+    /// Every claim is made under a key of its own, so duplicates all act.
+    LetsDuplicatesThrough,
+    /// A completion releases the claim instead of recording the result.
+    ForgetsCompletions,
+    /// It offers no listing, reading or counting of records.
+    OffersNoInspection,
+    /// Records vanish when their retention runs out, and no purge job
+    /// deletes anything: a store that retains by key expiry.
+    RetainsByExpiry,
+}
+
+struct Flawed {
+    inner: MemoryStore,
+    flaw: Flaw,
+    keys: AtomicU64,
+}
+
+fn flawed(flaw: Flaw) -> Suite<Flawed> {
+    Suite::new(move |_: Scope| async move {
+        Flawed {
+            inner: MemoryStore::new(),
+            flaw,
+            keys: AtomicU64::new(0),
+        }
+    })
+    .within_one_process()
+    .racing_callers(20)
+}
+
+impl Store for Flawed {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> {
+        let Flaw::LetsDuplicatesThrough = self.flaw else {
+            return self.inner.claim(req);
+        };
+        let n = self.keys.fetch_add(1, Ordering::Relaxed);
+        let own = Key::builder()
+            .part("key", req.key.as_str())
+            .and_then(|b| b.literal(":"))
+            .and_then(|b| b.part("n", &n))
+            .and_then(|b| b.finish())
+            .expect("a key of its own");
+        StoreFuture::boxed(async move { self.inner.claim(ClaimRequest { key: &own, ..req }).await })
+    }
+    fn complete<'a>(
+        &'a self,
+        claim: &'a Claim,
+        done: Finished,
+    ) -> StoreFuture<'a, StoreResult<()>> {
+        match self.flaw {
+            Flaw::ForgetsCompletions => self.inner.release(claim),
+            _ => self.inner.complete(claim, done),
+        }
+    }
+    fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
+        self.inner.release(claim)
+    }
+    fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
+        self.inner.renew(claim, lease)
+    }
+    fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
+        match self.flaw {
+            Flaw::RetainsByExpiry => StoreFuture::ready(Ok(0)),
+            _ => self.inner.purge_expired(),
+        }
+    }
+    fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
+        self.inner.forget_with(key, how)
+    }
+    fn list<'a>(&'a self, query: &'a RecordQuery) -> StoreFuture<'a, StoreResult<RecordPage>> {
+        match self.flaw {
+            Flaw::OffersNoInspection => StoreFuture::ready(Err(unsupported("list"))),
+            _ => self.inner.list(query),
+        }
+    }
+    fn inspect<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<Option<Record>>> {
+        match self.flaw {
+            Flaw::OffersNoInspection => StoreFuture::ready(Err(unsupported("inspect"))),
+            Flaw::RetainsByExpiry => StoreFuture::boxed(async move {
+                let record = self.inner.inspect(key).await?;
+                let now = SystemTime::now();
+                Ok(record.filter(|r| r.expires_at.is_none_or(|at| at > now)))
+            }),
+            _ => self.inner.inspect(key),
+        }
+    }
+    fn count(&self) -> StoreFuture<'_, StoreResult<Vec<RecordCount>>> {
+        match self.flaw {
+            Flaw::OffersNoInspection => StoreFuture::ready(Err(unsupported("count"))),
+            _ => self.inner.count(),
+        }
+    }
+}
+
+fn unsupported(step: &'static str) -> idempotent_tools::StoreError {
+    idempotent_tools::StoreError::Unsupported(step)
+}
+
+/// Runs the suite's case `case` alone against `suite`'s store.
+fn run_case(suite: Suite<Flawed>, case: &str) -> Conclusion {
+    let args = Arguments {
+        filter: Some(case.to_owned()),
+        exact: true,
+        test_threads: Some(1),
+        quiet: true,
+        ..Arguments::default()
+    };
+    libtest_mimic::run(&args, suite.trials())
+}
+
+/// The counts of a conclusion: (passed, failed, ignored).
+fn counts(conclusion: &Conclusion) -> (u64, u64, u64) {
+    (
+        conclusion.num_passed,
+        conclusion.num_failed,
+        conclusion.num_ignored,
+    )
+}
+
+fn a_store_that_lets_duplicates_through_fails_the_suite() {
+    let ran = run_case(
+        flawed(Flaw::LetsDuplicatesThrough),
+        "concurrent_identical_calls_act_once",
+    );
+    assert_eq!(counts(&ran), (0, 1, 0));
+}
+
+fn a_store_that_forgets_completions_fails_the_suite() {
+    for case in [
+        "a_repeat_after_completion_replays_the_first_result",
+        "recorded_errors_replay_without_acting",
+        "a_replay_is_byte_identical_to_the_recorded_json",
+    ] {
+        let ran = run_case(flawed(Flaw::ForgetsCompletions), case);
+        assert_eq!(counts(&ran), (0, 1, 0), "{case}");
+    }
+}
+
+fn the_same_cases_pass_on_a_store_without_the_flaw() {
+    for case in [
+        "concurrent_identical_calls_act_once",
+        "a_repeat_after_completion_replays_the_first_result",
+        "recorded_errors_replay_without_acting",
+        "a_replay_is_byte_identical_to_the_recorded_json",
+    ] {
+        let ran = run_case(flawed(Flaw::None), case);
+        assert_eq!(counts(&ran), (1, 0, 0), "{case}");
+    }
+}
+
+fn a_step_the_store_does_not_offer_is_reported_ignored_not_passed() {
+    for case in [
+        "records_are_listed_by_state_tool_and_run",
+        "one_record_reads_in_full",
+        "counts_are_by_tool_and_state",
+    ] {
+        let ran = run_case(flawed(Flaw::OffersNoInspection), case);
+        assert_eq!(counts(&ran), (0, 0, 1), "{case}");
+    }
+}
+
+fn a_store_that_retains_by_expiry_is_checked_for_expiry_instead_of_purges() {
+    let suite = || flawed(Flaw::RetainsByExpiry).retaining_by_expiry();
+    let ran = run_case(
+        suite(),
+        "a_finished_record_past_its_retention_vanishes_without_a_purge",
+    );
+    assert_eq!(counts(&ran), (1, 0, 0));
+    let ran = run_case(suite(), "a_purge_never_removes_a_held_claim");
+    assert_eq!(counts(&ran), (0, 0, 1));
+    // Without saying so, the store fails the purge cases.
+    let ran = run_case(
+        flawed(Flaw::RetainsByExpiry),
+        "a_purge_never_removes_a_held_claim",
+    );
+    assert_eq!(counts(&ran), (0, 1, 0));
+}
+
+fn a_case_needing_a_server_that_is_not_set_is_ignored_and_fails_in_ci() {
+    let ran = run_case(
+        flawed(Flaw::None).requiring_env("IDEMPOTENT_CONFORMANCE_NEVER_SET"),
+        "a_repeat_after_completion_replays_the_first_result",
+    );
+    if std::env::var_os("CI").is_some() {
+        assert_eq!(counts(&ran), (0, 1, 0), "in CI a missing server fails");
+    } else {
+        assert_eq!(counts(&ran), (0, 0, 1), "reported ignored, never passed");
+    }
+}
+
+fn main() {
+    harness::main(trials!(plain;
+        a_store_that_lets_duplicates_through_fails_the_suite,
+        a_store_that_forgets_completions_fails_the_suite,
+        the_same_cases_pass_on_a_store_without_the_flaw,
+        a_step_the_store_does_not_offer_is_reported_ignored_not_passed,
+        a_store_that_retains_by_expiry_is_checked_for_expiry_instead_of_purges,
+        a_case_needing_a_server_that_is_not_set_is_ignored_and_fails_in_ci,
+    ));
+}
