@@ -24,7 +24,10 @@ pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod purger;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg(feature = "redis")]
+pub mod redis;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 mod row;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod schema;
@@ -38,6 +41,8 @@ pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
 pub use purger::{Purger, PurgerError};
+#[cfg(feature = "redis")]
+pub use redis::RedisStore;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use schema::SCHEMA_VERSION;
 #[cfg(feature = "sqlite")]
