@@ -4,7 +4,7 @@
 //! # The client
 //!
 //! Built on [`redis`] (redis-rs) with tokio and its
-//! [`ConnectionManager`](redis::aio::ConnectionManager): one multiplexed
+//! `ConnectionManager`: one multiplexed
 //! connection that every task pipelines its commands over and that
 //! reconnects by itself. Every step here is one command (a script), so a
 //! multiplexed connection is what a pool would only approximate, and
@@ -33,7 +33,7 @@
 //! Records are kept by key expiry (`PEXPIREAT`): a held claim expires its
 //! retention after its lease, a finished record its retention after
 //! finishing. No purge job is needed, and
-//! [`Store::purge_expired`](crate::Store::purge_expired) removes nothing and
+//! [`Store::purge_expired`] removes nothing and
 //! returns 0.
 
 mod builder;
