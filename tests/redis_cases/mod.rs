@@ -26,6 +26,7 @@ pub fn trials() -> Vec<Trial> {
         a_held_claim_outlives_a_zero_retention_until_it_finishes,
         an_evicting_policy_is_warned_about_on_connect_and_noeviction_is_not,
         a_waiter_is_woken_by_one_publish_and_a_completion_nobody_waits_for_publishes_none,
+        a_lost_wake_up_delays_a_waiter_by_at_most_the_recheck,
         a_script_the_server_forgot_is_loaded_again_and_the_step_goes_through,
         waiting_for_zero_replicas_rides_in_the_same_round_trip,
         a_claim_short_of_its_replicas_is_released_and_reported_unavailable,

@@ -97,6 +97,45 @@ pub async fn a_waiter_is_woken_by_one_publish_and_a_completion_nobody_waits_for_
     );
 }
 
+pub async fn a_lost_wake_up_delays_a_waiter_by_at_most_the_recheck() {
+    let Some(place) = Prefixed::new() else { return };
+    let holder = place.store().await;
+    let waiter = place.store().await;
+    assert!(waiter.listening().await);
+    let key = refund_key(&fresh_run(), "1182");
+    let claim = claimed(&holder, request(&key, Duration::from_secs(30))).await;
+    let woken = in_flight(&waiter, &key).await;
+    // The message is lost: the waiter's mark is gone, so nothing publishes.
+    let _: i64 = redis::cmd("HDEL")
+        .arg(holder.record_key(&key))
+        .arg("waiting")
+        .query_async(&mut admin(&place.url).await)
+        .await
+        .expect("hdel");
+    let waiting = tokio::spawn(woken);
+    let completed_at = Instant::now();
+    holder
+        .complete(&claim, finished("1"))
+        .await
+        .expect("complete");
+    assert_eq!(holder.published(), 0, "nothing was published");
+    tokio::time::timeout(
+        idempotent_tools::store::redis::RECHECK_EVERY + Duration::from_secs(3),
+        waiting,
+    )
+    .await
+    .expect("the waiter looks again on its timer, long before the 30 s lease")
+    .expect("task");
+    println!(
+        "measured: a waiter whose wake-up was lost woke {:?} after the completion",
+        completed_at.elapsed()
+    );
+    assert!(matches!(
+        waiter.claim(request(&key, Duration::from_secs(30))).await,
+        Ok(ClaimAnswer::Completed(_))
+    ));
+}
+
 pub async fn a_script_the_server_forgot_is_loaded_again_and_the_step_goes_through() {
     let Some(place) = Prefixed::new() else { return };
     let store = place.store().await;
