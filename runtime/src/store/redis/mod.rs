@@ -19,7 +19,9 @@
 //! One hash per key, at `<prefix>{<SHA-256 of the key, hex>}`. The braces
 //! are a Cluster hash tag: a claim touches one key, so every step lands in
 //! one slot. Completions and releases that a waiter asked for publish the
-//! digest on `<prefix>wake`.
+//! digest on `<prefix>wake`. The store connects to one server (a primary,
+//! or a proxy in front of a Cluster); it has no Cluster connection of its
+//! own yet, and the hash tags are what one would need.
 //!
 //! # Leases, fences, retention
 //!
