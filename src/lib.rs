@@ -94,6 +94,7 @@
 //! |---|---|---|
 //! | `sqlite` | `SqliteStore`: claims in an SQLite file (bundled, no server) | several processes on one host, or one that must survive restarts |
 //! | `postgres` | `PostgresStore` on tokio-postgres and deadpool-postgres, woken by `LISTEN`/`NOTIFY` | several hosts |
+//! | `redis` | `RedisStore` on redis-rs, one Lua script per step, woken by pub/sub, records kept by key expiry | several hosts that already run Redis or Valkey |
 //! | `rig` | `idempotent_tools::rig`: `InRun`, `context` and `run_of`, the run carried in rig 0.44's `ToolContext` | rig agents |
 //! | `rmcp` | `idempotent_tools::rmcp`: `run: Run` resolved from each MCP request, `ResolvesRuns`, `RunPolicy`, `RunHeaderLayer`, and `Outcome` as a tool result | MCP servers on rmcp 3.11 |
 //! | `testing` | `idempotent_tools::testing`: a scripted model, a runner and a stand-in payment provider that counts refunds | tests that send a tool the duplicates a model sends |
@@ -113,6 +114,8 @@
 //! - `SqliteStore` (`sqlite`): processes that share a host's disk, or one
 //!   process whose claims must outlive it.
 //! - `PostgresStore` (`postgres`): processes on several hosts.
+//! - `RedisStore` (`redis`): processes on several hosts, on a Redis or
+//!   Valkey server they already run.
 //!
 //! Switch the default with [`set_default_store`], or name a store per tool
 //! with `store = ...` on the attribute. The [stores section] of the README

@@ -62,6 +62,8 @@ pub use record::{Ending, Finished, Recorded};
 pub use run::Run;
 #[cfg(feature = "postgres")]
 pub use store::PostgresStore;
+#[cfg(feature = "redis")]
+pub use store::RedisStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
 pub use store::{

@@ -142,7 +142,7 @@ impl Key {
     /// Rebuilds a key from text a store recorded earlier with [`Key::as_str`],
     /// unchecked: the store wrote it from a key this library rendered.
     #[cfg_attr(
-        not(any(feature = "sqlite", feature = "postgres")),
+        not(any(feature = "sqlite", feature = "postgres", feature = "redis")),
         expect(dead_code, reason = "used by the durable stores only")
     )]
     pub(crate) fn from_recorded(text: &str) -> Key {

@@ -11,13 +11,14 @@
 //! - `default`: the process default store;
 //! - `inspect`: what an operator reads;
 //! - one module per store: [`memory`], `sqlite`, `postgres`, over the
-//!   shared core of the durable ones (`durable`).
+//!   shared core of the durable ones (`durable`), and `redis`.
 
 use std::time::Duration;
 
 mod claim;
 mod default;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 mod durable;
 mod error;
 mod future;
@@ -26,6 +27,8 @@ pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod purger;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod schema;
 #[cfg(feature = "sqlite")]
@@ -42,6 +45,8 @@ pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
 pub use purger::{Purger, PurgerError};
+#[cfg(feature = "redis")]
+pub use redis::RedisStore;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use schema::SCHEMA_VERSION;
 #[cfg(feature = "sqlite")]

@@ -252,7 +252,7 @@ pub(crate) fn offered<T>(step: StoreResult<T>) -> T {
 
 /// How a held action ends once it is told to finish.
 #[derive(Clone, Copy)]
-pub(crate) enum Ends {
+pub enum Ends {
     /// It refunds order 1182 for 42 at the provider.
     Refunding,
     /// It fails without reaching the provider.
@@ -261,14 +261,14 @@ pub(crate) enum Ends {
 
 /// A refund call in flight: its action is running and waits to be told to
 /// finish, so a case can act while the claim is held.
-pub(crate) struct Holder {
+pub struct Holder {
     finish: Arc<Notify>,
     task: tokio::task::JoinHandle<Result<Outcome<Refunded>, RefundError>>,
 }
 
 impl Holder {
     /// Starts `call` on its own task and returns once its action runs.
-    pub(crate) async fn start(call: Call, provider: Arc<CountingProvider>, ends: Ends) -> Holder {
+    pub async fn start(call: Call, provider: Arc<CountingProvider>, ends: Ends) -> Holder {
         let entered = Arc::new(Notify::new());
         let finish = Arc::new(Notify::new());
         let task = {
@@ -290,7 +290,7 @@ impl Holder {
     }
 
     /// Lets the action finish and returns the holder's result.
-    pub(crate) async fn finish(self) -> Result<Outcome<Refunded>, RefundError> {
+    pub async fn finish(self) -> Result<Outcome<Refunded>, RefundError> {
         self.finish.notify_one();
         within("the holder", self.task).await.expect("task")
     }

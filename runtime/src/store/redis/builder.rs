@@ -1,0 +1,175 @@
+//! Setting a Redis store up: the builder and what connecting checks.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use super::error::redis_error;
+use super::listener::Listener;
+use super::scripts::{SCRIPTS, Script};
+use super::{DEFAULT_PREFIX, Inner, RedisStore};
+use crate::store::{StoreError, StoreResult};
+
+/// How long connecting, and any one reply, may take.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A [`RedisStore`] being set up: [`RedisStore::builder`], options, then
+/// [`RedisStoreBuilder::connect`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `connect` is awaited"]
+pub struct RedisStoreBuilder {
+    url: String,
+    prefix: String,
+    replicas: Option<(u32, Duration)>,
+    connections: usize,
+}
+
+impl RedisStoreBuilder {
+    pub(super) fn new(url: String) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            url,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            replicas: None,
+            connections: 1,
+        }
+    }
+
+    /// The prefix of every key and of the wake channel (default
+    /// [`DEFAULT_PREFIX`]), so that several applications, or tests, share
+    /// a server without seeing each other's records.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> RedisStoreBuilder {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// After each claim and each completion, waits (`WAIT`, in the same
+    /// round trip) until `replicas` replicas have the write, or `timeout`
+    /// passes.
+    ///
+    /// Redis replicates asynchronously: without this, a claim or record
+    /// acknowledged by a primary that dies before its replicas copied it is
+    /// lost when a replica is promoted, and a retry may act again. A write
+    /// that fewer replicas acknowledged in time fails with
+    /// [`StoreError::Unavailable`] (a claim is released first, so nothing
+    /// runs; a completion is retried by the guard). `WAIT` narrows the
+    /// window; it does not make Redis a consensus store.
+    ///
+    /// `WAIT` blocks the connection it is sent on until it returns, so give
+    /// a store that uses it several [`connections`](Self::connections).
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> RedisStoreBuilder {
+        self.replicas = Some((replicas, timeout));
+        self
+    }
+
+    /// How many multiplexed connections the store uses, in turn (default
+    /// 1, which carries many concurrent steps). More help only with
+    /// [`wait_for_replicas`](Self::wait_for_replicas).
+    pub fn connections(mut self, connections: usize) -> RedisStoreBuilder {
+        self.connections = connections.max(1);
+        self
+    }
+
+    /// Connects, loads the scripts, reads the eviction policy (warning if
+    /// it may evict records), and subscribes for wake-ups. Fails with
+    /// [`StoreError::Unavailable`] if the server cannot be reached, and with
+    /// [`StoreError::Backend`] for a URL it cannot read.
+    pub async fn connect(self) -> StoreResult<RedisStore> {
+        let client = redis::Client::open(self.url.as_str()).map_err(redis_error("connect"))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(TIMEOUT))
+            .set_response_timeout(Some(TIMEOUT))
+            .set_number_of_retries(1);
+        let mut connections = Vec::with_capacity(self.connections);
+        for _ in 0..self.connections {
+            connections.push(
+                client
+                    .get_connection_manager_with_config(config.clone())
+                    .await
+                    .map_err(redis_error("connect"))?,
+            );
+        }
+        let mut first = connections[0].clone();
+        for script in SCRIPTS.all() {
+            load(&mut first, script).await?;
+        }
+        let eviction_policy = eviction_policy(&mut first).await;
+        if let Some(policy) = eviction_policy.as_deref() {
+            warn_if_evicting(policy);
+        }
+        let channel = format!("{}wake", self.prefix);
+        let listener = Listener::new(client, channel.clone());
+        let store = RedisStore {
+            inner: Arc::new(Inner {
+                connections,
+                next: AtomicUsize::new(0),
+                prefix: self.prefix,
+                channel,
+                replicas: self.replicas,
+                listener,
+                eviction_policy,
+                round_trips: AtomicU64::new(0),
+                published: AtomicU64::new(0),
+                script_loads: AtomicU64::new(SCRIPTS.all().len() as u64),
+            }),
+        };
+        // Waiters before this is up are woken by timers, never missed.
+        store.inner.listener.up().await;
+        Ok(store)
+    }
+}
+
+/// Loads one script into the server's script cache.
+pub(super) async fn load(connection: &mut ConnectionManager, script: &Script) -> StoreResult<()> {
+    let hash: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(script.source)
+        .query_async(connection)
+        .await
+        .map_err(redis_error("script load"))?;
+    if hash != script.hash {
+        return Err(StoreError::Corrupt(format!(
+            "the server hashed the `{}` script as {hash}, not {}",
+            script.name, script.hash
+        )));
+    }
+    Ok(())
+}
+
+impl Inner {
+    /// Loads a script the server forgot.
+    pub(super) async fn reload(
+        &self,
+        connection: &mut ConnectionManager,
+        script: &Script,
+    ) -> StoreResult<()> {
+        self.script_loads.fetch_add(1, Ordering::Relaxed);
+        load(connection, script).await
+    }
+}
+
+/// The server's `maxmemory-policy`, or `None` if it will not say.
+async fn eviction_policy(connection: &mut ConnectionManager) -> Option<String> {
+    let reply: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(connection)
+        .await
+        .ok()?;
+    reply.into_iter().nth(1)
+}
+
+/// Every policy but `noeviction` may remove a record before its retention
+/// when memory runs short (`volatile-*` ones too: every record has a time
+/// to live), and a retry would then act again.
+fn warn_if_evicting(policy: &str) {
+    if policy != "noeviction" {
+        tracing::warn!(
+            policy,
+            "the Redis server may evict keys under memory pressure (maxmemory-policy {policy}); \
+             an evicted record lets a retry run its action again. Set `maxmemory-policy \
+             noeviction`, or give the store a server of its own with that policy"
+        );
+    }
+}

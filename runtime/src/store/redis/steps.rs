@@ -1,0 +1,295 @@
+//! Each step of a claim's life as one script call: claim, complete,
+//! release, renew, forget.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::{ErrorKind, ServerErrorKind, Value};
+
+// The helpers shared with the other durable stores.
+use crate::store::durable::encode::{millis, new_owner};
+use crate::store::durable::wait::LEASE_MARGIN;
+
+use super::error::{NotReplicated, corrupt, redis_error};
+use super::listener::KeyWatch;
+use super::scripts::{MAX_RELOADS, SCRIPTS, Script};
+use super::{Inner, RECHECK_EVERY};
+use crate::key::Key;
+use crate::outcome::ConflictReason;
+use crate::record::{Ending, Finished, Recorded};
+use crate::store::{Claim, ClaimAnswer, ClaimRequest, Forget, StoreError, StoreResult, Wait};
+
+/// How long a waiter naps when the store could not listen as it claimed
+/// (the pub/sub connection was down): its claim could not mark the record.
+const DEAF_RECHECK: Duration = Duration::from_millis(100);
+
+/// A script's reply, and whether its `WAIT` fell short.
+struct Reply {
+    value: Value,
+    short: Option<NotReplicated>,
+}
+
+impl Inner {
+    /// Calls `script` on the record at `key`, with `WAIT` in the same round
+    /// trip if `replicate` and the store asks for it. Loads the script
+    /// again if the server forgot it.
+    async fn call(
+        &self,
+        script: &Script,
+        key: &str,
+        args: &[&str],
+        replicate: bool,
+    ) -> StoreResult<Reply> {
+        let mut connection = self.connection();
+        let wait = self.replicas.filter(|_| replicate);
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVALSHA")
+            .arg(&script.hash)
+            .arg(1)
+            .arg(key)
+            .arg(args);
+        if let Some((replicas, timeout)) = wait {
+            pipe.cmd("WAIT").arg(replicas).arg(millis(timeout));
+        }
+        let mut reloads = 0;
+        let mut values: Vec<Value> = loop {
+            self.round_trips.fetch_add(1, Ordering::Relaxed);
+            match pipe.query_async(&mut connection).await {
+                Ok(values) => break values,
+                Err(err)
+                    if reloads < MAX_RELOADS
+                        && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+                {
+                    self.reload(&mut connection, script).await?;
+                    reloads += 1;
+                }
+                Err(err) => return Err(redis_error(script.name)(err)),
+            }
+        };
+        let short = match (wait, values.get(1)) {
+            (Some((asked, timeout)), Some(acked)) => {
+                let acked: i64 = redis::from_redis_value_ref(acked)
+                    .map_err(|e| corrupt(script.name, format_args!("a `WAIT` of {e}")))?;
+                (acked < i64::from(asked)).then_some(NotReplicated {
+                    step: script.name,
+                    asked,
+                    acked,
+                    timeout,
+                })
+            }
+            _ => None,
+        };
+        let value = values
+            .drain(..)
+            .next()
+            .ok_or_else(|| corrupt(script.name, "nothing"))?;
+        Ok(Reply { value, short })
+    }
+
+    /// Calls a script that answers with a number.
+    async fn call_for_number(
+        &self,
+        script: &Script,
+        key: &str,
+        args: &[&str],
+        replicate: bool,
+    ) -> StoreResult<(i64, Option<NotReplicated>)> {
+        let reply = self.call(script, key, args, replicate).await?;
+        let number = redis::from_redis_value(reply.value)
+            .map_err(|e| corrupt(script.name, format_args!("{e}")))?;
+        Ok((number, reply.short))
+    }
+
+    pub(super) async fn claim(self: &Arc<Self>, req: ClaimRequest<'_>) -> StoreResult<ClaimAnswer> {
+        let owner = new_owner()?;
+        let digest = req.key.digest();
+        // Subscribed before the claim: a wake-up published after the claim
+        // script marked the record is never missed while the listener is up.
+        let woken = self.listener.watch(digest);
+        let up = self.listener.is_up();
+        if !up {
+            self.listener.ensure();
+        }
+        let owner_hex = format!("{owner:032x}");
+        let fingerprint = hex::encode(req.fingerprint.as_bytes());
+        let lease = millis(req.lease).to_string();
+        let retention = millis(req.retention).to_string();
+        let args = [
+            req.key.as_str(),
+            req.tool.as_str(),
+            &fingerprint,
+            &owner_hex,
+            &lease,
+            &retention,
+            if up { "1" } else { "0" },
+        ];
+        let record = self.record_key(&digest);
+        let reply = self.call(&SCRIPTS.claim, &record, &args, true).await?;
+        let fields: Vec<Option<String>> = redis::from_redis_value(reply.value)
+            .map_err(|e| corrupt("claim", format_args!("{e}")))?;
+        let field = |at: usize| fields.get(at).cloned().flatten();
+        let verdict = field(0).unwrap_or_default();
+        match verdict.as_str() {
+            "claimed" => {
+                let claim = Claim {
+                    key: req.key.clone(),
+                    owner,
+                    fence: parse(field(1), "claim", "fence")?,
+                    taken_over: field(2).as_deref() == Some("1"),
+                    retention: req.retention,
+                };
+                if let Some(short) = reply.short {
+                    // Not on enough replicas: give it up, so nothing runs
+                    // under a claim a failover could forget.
+                    let _ = self.release(&claim).await;
+                    return Err(StoreError::Unavailable(Box::new(short)));
+                }
+                Ok(ClaimAnswer::Claimed(claim))
+            }
+            "inflight" => {
+                let left = Duration::from_millis(parse(field(1), "claim", "lease left")?);
+                let nap = (left + LEASE_MARGIN).min(if up { RECHECK_EVERY } else { DEAF_RECHECK });
+                Ok(ClaimAnswer::InFlight(wait_on(woken, nap)))
+            }
+            "done" => {
+                let ending = field(1).unwrap_or_default();
+                let ending = Ending::parse(&ending)
+                    .ok_or_else(|| StoreError::Corrupt(format!("an unknown ending `{ending}`")))?;
+                let value = field(2).ok_or_else(|| {
+                    StoreError::Corrupt("a finished record without a result".into())
+                })?;
+                let finished_at =
+                    UNIX_EPOCH + Duration::from_millis(parse(field(3), "claim", "finished_at")?);
+                Ok(ClaimAnswer::Completed(Finished {
+                    ending,
+                    value: Recorded::from_json(value),
+                    finished_at,
+                }))
+            }
+            "conflict_tool" => Ok(ClaimAnswer::Conflict {
+                reason: ConflictReason::OtherTool,
+                first: None,
+            }),
+            "conflict_args" => Ok(ClaimAnswer::Conflict {
+                reason: ConflictReason::Arguments,
+                first: field(1).map(Recorded::from_json),
+            }),
+            "collision" => Err(StoreError::Corrupt(format!(
+                "key `{}` shares its digest with the stored key `{}`",
+                req.key,
+                field(1).unwrap_or_default()
+            ))),
+            other => Err(corrupt("claim", format_args!("`{other}`"))),
+        }
+    }
+
+    pub(super) async fn complete(&self, claim: &Claim, finished: Finished) -> StoreResult<()> {
+        let json = finished.value.to_json()?;
+        let digest = claim.key.digest();
+        let owner = format!("{:032x}", claim.owner);
+        let fence = claim.fence.to_string();
+        let finished_at = unix_millis(finished.finished_at).to_string();
+        let retention = millis(claim.retention).to_string();
+        let digest_hex = hex::encode(digest);
+        let args = [
+            owner.as_str(),
+            &fence,
+            finished.ending.as_str(),
+            &json,
+            &finished_at,
+            &retention,
+            &self.channel,
+            &digest_hex,
+        ];
+        let record = self.record_key(&digest);
+        let (done, short) = self
+            .call_for_number(&SCRIPTS.complete, &record, &args, true)
+            .await?;
+        self.count_wake_up(done);
+        if done == 0 {
+            return Err(StoreError::LeaseLost);
+        }
+        match short {
+            Some(short) => Err(StoreError::Unavailable(Box::new(short))),
+            None => Ok(()),
+        }
+    }
+
+    pub(super) async fn release(&self, claim: &Claim) -> StoreResult<()> {
+        let digest = claim.key.digest();
+        let owner = format!("{:032x}", claim.owner);
+        let fence = claim.fence.to_string();
+        let digest_hex = hex::encode(digest);
+        let args = [owner.as_str(), &fence, &self.channel, &digest_hex];
+        let record = self.record_key(&digest);
+        let (released, _) = self
+            .call_for_number(&SCRIPTS.release, &record, &args, false)
+            .await?;
+        self.count_wake_up(released);
+        if released == 0 {
+            return Err(StoreError::LeaseLost);
+        }
+        Ok(())
+    }
+
+    pub(super) async fn renew(&self, claim: &Claim, lease: Duration) -> StoreResult<()> {
+        let owner = format!("{:032x}", claim.owner);
+        let fence = claim.fence.to_string();
+        let lease = millis(lease).to_string();
+        let retention = millis(claim.retention).to_string();
+        let args = [owner.as_str(), &fence, &lease, &retention];
+        let record = self.record_key(&claim.key.digest());
+        let (renewed, _) = self
+            .call_for_number(&SCRIPTS.renew, &record, &args, false)
+            .await?;
+        if renewed == 0 {
+            return Err(StoreError::LeaseLost);
+        }
+        Ok(())
+    }
+
+    pub(super) async fn forget(&self, key: &Key, how: Forget) -> StoreResult<bool> {
+        let digest = key.digest();
+        let digest_hex = hex::encode(digest);
+        let force = if how == Forget::Force { "1" } else { "0" };
+        let args = [force, &self.channel, &digest_hex];
+        let record = self.record_key(&digest);
+        let (forgotten, _) = self
+            .call_for_number(&SCRIPTS.forget, &record, &args, false)
+            .await?;
+        match forgotten {
+            1 => Ok(true),
+            0 => Ok(false),
+            _ => Err(StoreError::LiveClaim {
+                key: key.as_str().to_owned(),
+            }),
+        }
+    }
+
+    /// Counts a completion or release that published a wake-up (the
+    /// scripts answer 2).
+    fn count_wake_up(&self, answer: i64) {
+        if answer == 2 {
+            self.published.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Waits for the key's wake-up or `nap`, whichever comes first; the guard
+/// then claims again.
+fn wait_on(woken: KeyWatch, nap: Duration) -> Wait {
+    Wait::new(woken.until(nap))
+}
+
+/// A number a script wrote as text.
+pub(super) fn parse(text: Option<String>, step: &'static str, what: &str) -> StoreResult<u64> {
+    text.as_deref()
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| corrupt(step, format_args!("a {what} of {text:?}")))
+}
+
+/// Milliseconds since the Unix epoch, zero before it.
+fn unix_millis(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, millis)
+}

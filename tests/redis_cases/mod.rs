@@ -1,0 +1,244 @@
+//! What only the Redis store does: its key layout, retention by key expiry
+//! and the eviction warning here; its steps on the wire in [`wire`].
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use idempotent_tools::store::RedisStore;
+use idempotent_tools::store::redis::redis;
+use idempotent_tools::{ClaimAnswer, ClaimRequest, Store};
+use tracing::instrument::WithSubscriber;
+use tracing_subscriber::layer::SubscriberExt;
+
+use idempotent_tools::testing::conformance::kit::{
+    CountingProvider as Provider, Ends, Holder, claimed, finished, fresh_run, refund_call, refund_key,
+    refunds, request,
+};
+use crate::harness::Trial;
+use crate::{Prefixed, URL, admin};
+
+mod wire;
+
+use self::wire::*;
+
+pub fn trials() -> Vec<Trial> {
+    let mut trials = crate::trials!(URL;
+        keys_carry_the_prefix_and_a_hash_tag_of_the_keys_digest,
+        retention_is_the_records_time_to_live_and_a_purge_has_nothing_to_remove,
+        a_held_claim_outlives_a_zero_retention_until_it_finishes,
+        an_evicting_policy_is_warned_about_on_connect_and_noeviction_is_not,
+        a_waiter_is_woken_by_one_publish_and_a_completion_nobody_waits_for_publishes_none,
+        a_lost_wake_up_delays_a_waiter_by_at_most_the_recheck,
+        a_script_the_server_forgot_is_loaded_again_and_the_step_goes_through,
+        waiting_for_zero_replicas_rides_in_the_same_round_trip,
+        a_claim_short_of_its_replicas_is_released_and_reported_unavailable,
+        racing_claims_from_many_connections_take_one_round_trip_each,
+        measured_latency_of_a_guarded_call_on_the_local_server,
+    );
+    trials.extend(crate::trials!(always;
+        an_unreachable_server_is_unavailable_and_prints_each_cause_once,
+    ));
+    trials
+}
+
+async fn keys_carry_the_prefix_and_a_hash_tag_of_the_keys_digest() {
+    let Some(place) = Prefixed::new() else { return };
+    let store = place.store().await;
+    let key = refund_key(&fresh_run(), "1182");
+    let claim = claimed(&store, request(&key, Duration::from_secs(30))).await;
+    let expected = format!("{}{{{}}}", place.prefix, hex(&key.digest()));
+    assert_eq!(store.record_key(&key), expected);
+    assert_eq!(
+        place.keys().await,
+        std::slice::from_ref(&expected),
+        "one key per claim"
+    );
+    // The hash tag is everything between the braces: one Cluster slot.
+    let tag = &expected[expected.find('{').expect("{") + 1..expected.find('}').expect("}")];
+    assert_eq!(tag, hex(&key.digest()));
+    assert_eq!(store.wake_channel(), format!("{}wake", place.prefix));
+    store
+        .complete(&claim, finished("1"))
+        .await
+        .expect("complete");
+    assert_eq!(
+        place.keys().await,
+        [expected],
+        "the record stays at its key"
+    );
+}
+
+async fn pttl(place: &Prefixed, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(&mut admin(&place.url).await)
+        .await
+        .expect("pttl")
+}
+
+async fn retention_is_the_records_time_to_live_and_a_purge_has_nothing_to_remove() {
+    let Some(place) = Prefixed::new() else { return };
+    let store = place.store().await;
+    let run = fresh_run();
+    let hour = Duration::from_secs(3600);
+
+    let held_key = refund_key(&run, "held");
+    let held = claimed(&store, request(&held_key, Duration::from_secs(30))).await;
+    let ttl = pttl(&place, &store.record_key(&held_key)).await;
+    assert!(
+        (3_620_000..=3_630_000).contains(&ttl),
+        "a held claim lives its lease and then its retention: {ttl} ms"
+    );
+
+    store
+        .complete(&held, finished("1"))
+        .await
+        .expect("complete");
+    let ttl = pttl(&place, &store.record_key(&held_key)).await;
+    assert!(
+        (3_590_000..=hour.as_millis() as i64).contains(&ttl),
+        "a finished record lives its retention: {ttl} ms"
+    );
+
+    for order in 0..5 {
+        let key = refund_key(&run, &order.to_string());
+        let claim = claimed(
+            &store,
+            ClaimRequest {
+                retention: Duration::ZERO,
+                ..request(&key, Duration::from_secs(30))
+            },
+        )
+        .await;
+        store
+            .complete(&claim, finished("2"))
+            .await
+            .expect("complete");
+        assert_eq!(
+            pttl(&place, &store.record_key(&key)).await,
+            -2,
+            "gone at once"
+        );
+        assert!(store.inspect(&key).await.expect("inspect").is_none());
+    }
+
+    let before = store.round_trips();
+    assert_eq!(store.purge_expired().await.expect("purge"), 0);
+    assert_eq!(store.round_trips(), before, "a purge sends nothing");
+    assert!(matches!(
+        store
+            .claim(request(&held_key, Duration::from_secs(30)))
+            .await,
+        Ok(ClaimAnswer::Completed(_))
+    ));
+}
+
+async fn a_held_claim_outlives_a_zero_retention_until_it_finishes() {
+    let Some(place) = Prefixed::new() else { return };
+    let store: Arc<dyn Store> = Arc::new(place.store().await);
+    let run = fresh_run();
+    let provider = Arc::new(Provider::default());
+    let holder = Holder::start(
+        refund_call(&store, &run, "1182", 42).retention(Duration::ZERO),
+        provider.clone(),
+        Ends::Refunding,
+    )
+    .await;
+    let during = refund_call(&store, &run, "1182", 42)
+        .wait(Duration::from_millis(100))
+        .run(refunds(&provider, 42))
+        .await;
+    assert!(
+        matches!(&during, Err(err) if matches!(err.guard(), Some(idempotent_tools::Error::InProgress { .. }))),
+        "the held claim must live through a zero retention: {during:?}"
+    );
+    assert!(holder.finish().await.expect("first").is_fresh());
+    assert!(
+        place.keys().await.is_empty(),
+        "finished with zero retention: gone"
+    );
+    assert_eq!(provider.refunds(), 1);
+}
+
+/// Every warning a future's subscriber hears.
+#[derive(Clone, Default)]
+struct Warnings(Arc<Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warnings {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if *event.metadata().level() != tracing::Level::WARN {
+            return;
+        }
+        struct Message<'a>(&'a mut String);
+        impl tracing::field::Visit for Message<'_> {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!("{}={value:?} ", field.name()));
+            }
+        }
+        let mut text = String::new();
+        event.record(&mut Message(&mut text));
+        self.0.lock().expect("warnings").push(text);
+    }
+}
+
+async fn connect_hearing_warnings(place: &Prefixed) -> (RedisStore, Vec<String>) {
+    let warnings = Warnings::default();
+    let subscriber = tracing_subscriber::registry().with(warnings.clone());
+    let store = place.store().with_subscriber(subscriber).await;
+    let heard = warnings.0.lock().expect("warnings").clone();
+    (store, heard)
+}
+
+async fn an_evicting_policy_is_warned_about_on_connect_and_noeviction_is_not() {
+    let Some(place) = Prefixed::new() else { return };
+    let mut admin = admin(&place.url).await;
+    let was: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(&mut admin)
+        .await
+        .expect("config get");
+    let was = was.get(1).cloned().unwrap_or_else(|| "noeviction".into());
+    let set = |policy: &'static str| {
+        let mut admin = admin.clone();
+        async move {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("maxmemory-policy")
+                .arg(policy)
+                .query_async(&mut admin)
+                .await
+                .expect("config set");
+        }
+    };
+    // With `maxmemory` unset nothing is evicted whatever the policy: the
+    // policy is only read.
+    set("allkeys-lru").await;
+    let (store, heard) = connect_hearing_warnings(&place).await;
+    set("noeviction").await;
+    let (quiet, unheard) = connect_hearing_warnings(&place).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg(&was)
+        .query_async(&mut admin)
+        .await
+        .expect("restore");
+
+    assert_eq!(store.eviction_policy(), Some("allkeys-lru"));
+    assert!(
+        heard
+            .iter()
+            .any(|w| w.contains("allkeys-lru") && w.contains("noeviction")),
+        "{heard:?}"
+    );
+    assert_eq!(quiet.eviction_policy(), Some("noeviction"));
+    assert!(
+        !unheard.iter().any(|w| w.contains("maxmemory-policy")),
+        "{unheard:?}"
+    );
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
