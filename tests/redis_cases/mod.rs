@@ -10,12 +10,12 @@ use idempotent_tools::{ClaimAnswer, ClaimRequest, Store};
 use tracing::instrument::WithSubscriber;
 use tracing_subscriber::layer::SubscriberExt;
 
-use idempotent_tools::testing::conformance::kit::{
-    CountingProvider as Provider, Ends, Holder, claimed, finished, fresh_run, refund_call, refund_key,
-    refunds, request,
-};
 use crate::harness::Trial;
 use crate::{Prefixed, URL, admin};
+use idempotent_tools::testing::conformance::kit::{
+    CountingProvider as Provider, Ends, Holder, claimed, finished, fresh_run, refund_call,
+    refund_key, refunds, request,
+};
 
 mod wire;
 

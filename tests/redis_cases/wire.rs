@@ -11,10 +11,10 @@ use idempotent_tools::store::redis::redis;
 use idempotent_tools::{ClaimAnswer, ClaimRequest, ConflictReason, Store, StoreError, ToolId};
 
 use super::hex;
+use crate::{Prefixed, admin};
 use idempotent_tools::testing::conformance::kit::{
     self, TOOL, claimed, finished, fresh_run, in_flight, refund_key, request, usd,
 };
-use crate::{Prefixed, admin};
 
 pub async fn a_waiter_is_woken_by_one_publish_and_a_completion_nobody_waits_for_publishes_none() {
     let Some(place) = Prefixed::new() else { return };
