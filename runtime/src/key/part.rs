@@ -8,7 +8,7 @@ use super::Key;
 
 /// A value that may be part of an idempotency key.
 ///
-/// Implemented for integers, `bool`, `char`, strings, [`Run`], and
+/// Implemented for integers, `bool`, `char`, strings, [`Run`](crate::Run), and
 /// references and smart pointers to those. A newtype opts in with
 /// `#[derive(KeyPart)]` or by hand:
 ///
