@@ -47,6 +47,23 @@ proptest! {
         }
     }
 
+    /// Integers render as `Display` writes them, so keys recorded by an
+    /// earlier release keep naming the same actions.
+    #[test]
+    fn integer_parts_render_as_display_writes_them(
+        a in any::<i128>(), b in any::<u64>(), c in any::<i8>(), d in any::<usize>(), flag in any::<bool>(),
+    ) {
+        let key = Key::builder()
+            .part("a", &a).and_then(|k| k.literal(":"))
+            .and_then(|k| k.part("b", &b)).and_then(|k| k.literal(":"))
+            .and_then(|k| k.part("c", &c)).and_then(|k| k.literal(":"))
+            .and_then(|k| k.part("d", &d)).and_then(|k| k.literal(":"))
+            .and_then(|k| k.part("flag", &flag))
+            .and_then(|k| k.finish())
+            .expect("key");
+        prop_assert_eq!(key.as_str(), format!("{a}:{b}:{c}:{d}:{flag}"));
+    }
+
     #[test]
     fn provider_keys_never_exceed_255_characters(order in "\\PC{1,400}") {
         let key = refund_key("run-1", &order, 1).expect("key");

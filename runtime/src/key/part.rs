@@ -58,8 +58,25 @@ impl KeyPartWriter<'_> {
 
     /// Appends text to the part, escaping it.
     pub fn write_str(&mut self, text: &str) {
+        // Most parts (ids, numbers, runs) need no escape: copy them whole.
+        match text.bytes().position(|b| !is_unreserved(b)) {
+            None => self.out.push_str(text),
+            Some(first) => self.write_escaped(text, first),
+        }
+    }
+
+    /// Appends text that holds only unreserved bytes, as it is: the digits
+    /// and sign of an integer.
+    fn write_unreserved(&mut self, text: &str) {
+        debug_assert!(text.bytes().all(is_unreserved), "{text:?}");
+        self.out.push_str(text);
+    }
+
+    /// Appends `text`, whose first byte to escape is at `first`.
+    fn write_escaped(&mut self, text: &str, first: usize) {
         const HEX: &[u8; 16] = b"0123456789ABCDEF";
-        let mut rest = text;
+        let (plain, mut rest) = text.split_at(first);
+        self.out.push_str(plain);
         while !rest.is_empty() {
             // Copy the longest run of unreserved bytes at once. They are
             // ASCII, so the run ends on a char boundary.
@@ -95,8 +112,21 @@ impl fmt::Write for KeyPartWriter<'_> {
 /// Whether a value writes this byte as it is: ASCII letters and digits and
 /// `-_.~`, RFC 3986's unreserved characters. Every other byte is escaped.
 pub(super) fn is_unreserved(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~')
+    UNRESERVED[usize::from(b)]
 }
+
+/// [`is_unreserved`] for every byte, looked up rather than computed: the
+/// check runs on every byte of every key.
+static UNRESERVED: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b'~');
+        b += 1;
+    }
+    table
+};
 
 /// Whether literal text separates the parts around it: it holds a byte no
 /// value writes unescaped, so no value can imitate it. The macro's template
@@ -105,20 +135,27 @@ pub(crate) fn separates(text: &str) -> bool {
     text.bytes().any(|b| !is_unreserved(b))
 }
 
-macro_rules! key_part_by_display {
+macro_rules! key_part_by_digits {
     ($($t:ty),* $(,)?) => {$(
         impl KeyPart for $t {
             fn write_key_part(&self, out: &mut KeyPartWriter<'_>) {
-                // Integer and bool `Display` output is fixed by the language.
-                let _ = fmt::Write::write_fmt(out, format_args!("{self}"));
+                // The same text as `Display`, which the language fixes for
+                // integers: digits and a `-`, none of them escaped.
+                out.write_unreserved(itoa::Buffer::new().format(*self));
             }
         }
     )*};
 }
 
-key_part_by_display!(
-    u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize, bool,
+key_part_by_digits!(
+    u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize,
 );
+
+impl KeyPart for bool {
+    fn write_key_part(&self, out: &mut KeyPartWriter<'_>) {
+        out.write_unreserved(if *self { "true" } else { "false" });
+    }
+}
 
 macro_rules! key_part_by_nonzero {
     ($($t:ty),* $(,)?) => {$(
