@@ -119,7 +119,6 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
     let Body { inner_attrs, block } = Body::split(body);
     let def = Span::mixed_site();
     let call = Ident::new("__idempotent_call", def);
-    let key_var = Ident::new("__idempotent_key", def);
     // Checks on the tool's types point at its return type.
     let ret_span = ret.span();
     let ret = respan(ret.to_token_stream(), ret_span);
@@ -180,9 +179,8 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
     quote_spanned! {def=>
         #(#inner_attrs)*
         let #call = (|| -> ::core::result::Result<#krate::Call, #krate::Error> {
-            let #key_var = #key.finish()?;
             ::core::result::Result::Ok(
-                #krate::Call::new(#tool, #key_var)
+                #private::call(#tool, #key)?
                     .fingerprint(#krate::Fingerprint::builder() #(#fingerprint_steps)* .finish())
                     #options
             )

@@ -22,6 +22,7 @@ use crate::error::Error;
 use crate::guard::{self, Call};
 use crate::key::{self, KeyBuilder, KeyPart};
 use crate::outcome::{Outcome, ToolOutput};
+use crate::tool::ToolId;
 
 /// The return type of a guarded tool: `Result<O, E>`, where `O` is a
 /// [`ToolOutput`] whose value can be recorded and `E` carries the guard's
@@ -120,6 +121,13 @@ impl<E: GuardError + Recordable> RecordableError for E {}
 pub trait Fingerprinted: Serialize {}
 
 impl<T: Serialize + ?Sized> Fingerprinted for T {}
+
+/// Prepares a guarded tool's call under the key its template rendered.
+/// The key stays in the buffer it was rendered in until a store must keep
+/// it, so a replay from memory allocates no key.
+pub fn call(tool: impl Into<ToolId>, key: KeyBuilder) -> Result<Call, Error> {
+    Ok(Call::pending(tool.into(), key.finish_pending()?))
+}
 
 /// Appends a literal of the template, which the attribute has proven to
 /// keep the key injective while the crate compiled, so the call does not

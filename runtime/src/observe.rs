@@ -16,6 +16,8 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -23,7 +25,6 @@ use tokio::time::Instant;
 use tracing::{Level, Span};
 
 use crate::error::Error;
-use crate::key::Key;
 use crate::outcome::ConflictReason;
 use crate::record::Ending;
 use crate::run::Run;
@@ -39,11 +40,11 @@ pub(crate) const DIGEST_HEX: usize = 16;
 
 /// A key as traces show it: the first [`DIGEST_HEX`] hex digits of the
 /// SHA-256 of its text, computed only when a subscriber records it.
-pub(crate) struct KeyDigest<'a>(pub(crate) &'a Key);
+pub(crate) struct KeyDigest<'a>(pub(crate) &'a str);
 
 impl fmt::Display for KeyDigest<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let digest = Sha256::digest(self.0.as_str().as_bytes());
+        let digest = Sha256::digest(self.0.as_bytes());
         for byte in &digest[..DIGEST_HEX / 2] {
             write!(f, "{byte:02x}")?;
         }
@@ -82,7 +83,7 @@ impl fmt::Display for StoreKind<'_> {
 
 /// The span of one guarded call: `Span::none()`, costing nothing, unless a
 /// subscriber wants it.
-pub(crate) fn call_span(tool: &ToolId, key: &Key, store: Option<&dyn Store>) -> Span {
+pub(crate) fn call_span(tool: &ToolId, key: &str, store: Option<&dyn Store>) -> Span {
     tracing::info_span!(
         target: TARGET,
         "idempotent_tools.call",
@@ -367,26 +368,43 @@ pub(crate) fn timed_now<R>(store: &dyn Store, step: &'static str, f: impl FnOnce
     }
 }
 
-/// A store step, timed into `idempotent_tools_store_seconds` with the `metrics`
-/// feature; the step itself, untouched, without it.
-#[cfg(not(feature = "metrics"))]
+/// A store step, timed into `idempotent_tools_store_seconds` with the
+/// `metrics` feature; the step itself, untouched, without it.
 #[inline(always)]
-pub(crate) fn timed<F: Future>(_store: &dyn Store, _step: &'static str, fut: F) -> F {
-    fut
+pub(crate) fn timed<F: Future + Unpin>(store: &dyn Store, step: &'static str, fut: F) -> Timed<F> {
+    let _ = (store, step);
+    Timed {
+        fut,
+        #[cfg(feature = "metrics")]
+        kind: store.kind(),
+        #[cfg(feature = "metrics")]
+        step,
+        #[cfg(feature = "metrics")]
+        started: None,
+    }
 }
 
-/// A store step, timed into `idempotent_tools_store_seconds`.
-#[cfg(feature = "metrics")]
-pub(crate) fn timed<F: Future>(
-    store: &dyn Store,
-    step: &'static str,
+/// The future [`timed`] returns: a type the guard's own futures can hold.
+pub(crate) struct Timed<F> {
     fut: F,
-) -> impl Future<Output = F::Output> + use<F> {
-    let kind = store.kind();
-    async move {
-        let started = Instant::now();
-        let out = fut.await;
-        metrics::store_latency(kind, step, started.elapsed());
-        out
+    #[cfg(feature = "metrics")]
+    kind: &'static str,
+    #[cfg(feature = "metrics")]
+    step: &'static str,
+    #[cfg(feature = "metrics")]
+    started: Option<Instant>,
+}
+
+impl<F: Future + Unpin> Future for Timed<F> {
+    type Output = F::Output;
+
+    #[inline(always)]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        #[cfg(feature = "metrics")]
+        let started = *self.started.get_or_insert_with(Instant::now);
+        let out = std::task::ready!(Pin::new(&mut self.fut).poll(cx));
+        #[cfg(feature = "metrics")]
+        metrics::store_latency(self.kind, self.step, started.elapsed());
+        Poll::Ready(out)
     }
 }

@@ -1,13 +1,16 @@
 //! A claim whose action runs: its completion and its release.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 use std::time::SystemTime;
 
 use crate::error::Error;
 use crate::key::Key;
-use crate::observe;
+use crate::observe::{self, Timed};
 use crate::record::{Ending, Finished, Recorded};
-use crate::store::StoreError;
+use crate::store::{Store, StoreError, StoreFuture, StoreResult};
 use crate::tool::ToolId;
 
 use super::active;
@@ -32,11 +35,7 @@ impl Acting {
     }
 
     /// Records the finished action; see [`Held::complete`].
-    pub(super) fn complete(
-        self,
-        ending: Ending,
-        value: Recorded,
-    ) -> impl Future<Output = Result<(), Error>> {
+    pub(super) fn complete(self, ending: Ending, value: Recorded) -> Completing {
         let Acting { held, active, tool } = self;
         let store = held.store();
         let finished = Finished {
@@ -44,29 +43,70 @@ impl Acting {
             value,
             finished_at: SystemTime::now(),
         };
-        let recording = observe::timed(&*store, "complete", held.complete(finished));
-        async move {
-            match recording.await {
-                Ok(()) => {
-                    match ending {
-                        Ending::Err => observe::error_recorded(&tool),
-                        _ => observe::fresh(&tool),
-                    }
-                    Ok(())
-                }
-                Err(cause) => {
-                    observe::not_recorded(&tool, &*store, &cause);
-                    Err(not_recorded(active.into_key(), cause))
-                }
-            }
+        Completing {
+            recording: observe::timed(&*store, "complete", held.complete(finished)),
+            store,
+            active,
+            tool,
+            ending,
         }
     }
 
     /// Gives the claim up without a record; see [`Held::release`].
-    pub(super) async fn release(self) {
+    pub(super) fn release(self) -> Releasing {
         let store = self.held.store();
-        observe::timed(&*store, "release", self.held.release()).await;
+        Releasing {
+            releasing: observe::timed(&*store, "release", self.held.release()),
+            tool: self.tool,
+        }
+    }
+}
+
+/// The completion of an action that ran. Dropping it leaves the record to
+/// be written: the step runs on a task of its own for stores that do I/O.
+pub(super) struct Completing {
+    recording: Timed<StoreFuture<'static, StoreResult<()>>>,
+    store: Arc<dyn Store>,
+    active: active::Active,
+    tool: ToolId,
+    ending: Ending,
+}
+
+impl Future for Completing {
+    type Output = Result<(), Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let recorded = ready!(Pin::new(&mut self.recording).poll(cx));
+        Poll::Ready(match recorded {
+            Ok(()) => {
+                match self.ending {
+                    Ending::Err => observe::error_recorded(&self.tool),
+                    _ => observe::fresh(&self.tool),
+                }
+                Ok(())
+            }
+            Err(cause) => {
+                observe::not_recorded(&self.tool, &*self.store, &cause);
+                Err(not_recorded(self.active.key().clone(), cause))
+            }
+        })
+    }
+}
+
+/// The release of a claim whose action failed. Dropping it leaves the
+/// release to run: on a task of its own for stores that do I/O.
+pub(super) struct Releasing {
+    releasing: Timed<StoreFuture<'static, ()>>,
+    tool: ToolId,
+}
+
+impl Future for Releasing {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        ready!(Pin::new(&mut self.releasing).poll(cx));
         observe::released(&self.tool);
+        Poll::Ready(())
     }
 }
 

@@ -37,18 +37,23 @@ impl Active {
     }
 
     /// The key acted as.
-    pub(crate) fn into_key(self) -> Key {
-        self.key
+    pub(crate) fn key(&self) -> &Key {
+        &self.key
     }
 
-    fn holds(&self, key: &Key) -> bool {
-        self.key == *key || self.outer.iter().flat_map(|o| o.iter()).any(|k| k == key)
+    fn holds(&self, key: &str) -> bool {
+        self.key.as_str() == key
+            || self
+                .outer
+                .iter()
+                .flat_map(|o| o.iter())
+                .any(|k| k.as_str() == key)
     }
 }
 
 /// Whether `key`'s action is running on this task, so that claiming it again
 /// here would wait on itself.
-pub(crate) fn is_acting(key: &Key) -> bool {
+pub(crate) fn is_acting(key: &str) -> bool {
     ACTIVE.try_with(|active| active.holds(key)).unwrap_or(false)
 }
 

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::Error;
 use crate::fingerprint::Fingerprint;
-use crate::key::Key;
+use crate::key::{Key, PendingKey};
 use crate::outcome::Outcome;
 use crate::policy::{Policy, Takeover};
 use crate::store::{IntoStore, Store};
@@ -57,7 +57,7 @@ use super::drive::{ErrorCodec, drive};
 /// ```
 #[must_use = "a call does nothing until `.run(..)` is awaited"]
 pub struct Call {
-    pub(super) key: Key,
+    pub(super) key: PendingKey,
     pub(super) tool: ToolId,
     pub(super) fingerprint: Fingerprint,
     pub(super) policy: Policy,
@@ -67,9 +67,15 @@ pub struct Call {
 impl Call {
     /// A call of `tool` under `key`, with the default policy and store.
     pub fn new(tool: impl Into<ToolId>, key: Key) -> Call {
+        Call::pending(tool.into(), PendingKey::from(key))
+    }
+
+    /// A call under a key still in the buffer it was rendered in, as the
+    /// attribute builds it.
+    pub(crate) fn pending(tool: ToolId, key: PendingKey) -> Call {
         Call {
             key,
-            tool: tool.into(),
+            tool,
             fingerprint: Fingerprint::EMPTY,
             policy: Policy::default(),
             store: None,
@@ -161,9 +167,9 @@ impl Call {
         self
     }
 
-    /// The key.
-    pub fn key(&self) -> &Key {
-        &self.key
+    /// The key's text.
+    pub fn key(&self) -> &str {
+        self.key.as_str()
     }
 
     /// Claims the key, then runs `action` or replays.

@@ -11,14 +11,14 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use crate::error::Error;
-use crate::key::Key;
+use crate::key::{Key, PendingKey};
 use crate::observe;
 use crate::outcome::{
     ConflictReason, DEFAULT_CONFLICT_NOTE, DEFAULT_REPLAY_NOTE, OTHER_TOOL_NOTE, Outcome,
 };
 use crate::policy::Takeover;
 use crate::record::{Ending, Finished, Recorded};
-use crate::store::{Store, default_store};
+use crate::store::{Store, StoreResult, default_store};
 
 use super::acting::Acting;
 use super::active;
@@ -31,10 +31,10 @@ impl Call {
     /// tool's in it, so it is compiled once for every tool. A store that
     /// answers at once is answered here, with no future at all; a store
     /// that does I/O, or a duplicate that must wait, gets one boxed future.
-    pub(super) fn begin(self) -> Begin {
-        if active::is_acting(&self.key) {
+    pub(super) fn begin(mut self) -> Begin {
+        if active::is_acting(self.key.as_str()) {
             return Begin::Now(Begun::Ended(Ended::Failed(Error::Reentrant {
-                key: self.key,
+                key: self.key.into_key(),
             })));
         }
         let store = match &self.store {
@@ -44,9 +44,26 @@ impl Call {
         if !store.answers_at_once() {
             return Begin::Later(Box::pin(self.claiming(store, None)));
         }
-        let ready = observe::timed_now(&*store, "claim", || {
-            held::claim(&store, self.asked()).into_ready().ok()
+        // A repeat of a finished call is found by the key's text, so its
+        // key is never made a shared value; any other call claims the key.
+        enum Probed {
+            Replay(Finished),
+            Claimed(Key, Option<StoreResult<Answer>>),
+        }
+        let probed = observe::timed_now(&*store, "claim", || {
+            if let Some(finished) =
+                store.replay_at_once(self.key.as_str(), &self.tool, self.fingerprint)
+            {
+                return Probed::Replay(finished);
+            }
+            let key = self.key.share().clone();
+            let ready = held::claim(&store, self.asked(&key)).into_ready().ok();
+            Probed::Claimed(key, ready)
         });
+        let (key, ready) = match probed {
+            Probed::Replay(finished) => return Begin::Now(self.replay(finished)),
+            Probed::Claimed(key, ready) => (key, ready),
+        };
         // A store that said it answers at once, and did not, is asked again
         // the long way.
         let Some(answer) = ready else {
@@ -55,7 +72,7 @@ impl Call {
         match answer {
             Ok(Answer::Claimed(held)) if !self.reports_takeover(&held) => {
                 observe::claimed(&self.tool, held.fence(), held.taken_over());
-                Begin::Now(Begun::Act(Acting::new(self.key, self.tool, held)))
+                Begin::Now(Begun::Act(Acting::new(key, self.tool, held)))
             }
             Ok(Answer::Claimed(held)) => {
                 Begin::Later(Box::pin(self.claiming(store, Some(Answer::Claimed(held)))))
@@ -72,9 +89,9 @@ impl Call {
         }
     }
 
-    fn asked(&self) -> Asked<'_> {
+    fn asked<'a>(&'a self, key: &'a Key) -> Asked<'a> {
         Asked {
-            key: &self.key,
+            key,
             tool: &self.tool,
             fingerprint: self.fingerprint,
             lease: self.policy.lease,
@@ -88,20 +105,23 @@ impl Call {
 
     /// The claim loop for stores that do I/O, and for duplicates that wait
     /// for a call in flight. `first` is an answer already in hand.
-    async fn claiming(self, store: Arc<dyn Store>, mut first: Option<Answer>) -> Begun {
+    async fn claiming(mut self, store: Arc<dyn Store>, mut first: Option<Answer>) -> Begun {
+        let key = self.key.share().clone();
         let mut deadline = None;
         loop {
             let answer = match first.take() {
                 Some(answer) => answer,
-                None => match observe::timed(&*store, "claim", held::claim(&store, self.asked()))
-                    .await
-                {
-                    Ok(answer) => answer,
-                    Err(cause) => {
-                        let cause = observe::store_failed(&self.tool, &*store, "claim", cause);
-                        return Begun::Ended(Ended::Failed(cause));
+                None => {
+                    match observe::timed(&*store, "claim", held::claim(&store, self.asked(&key)))
+                        .await
+                    {
+                        Ok(answer) => answer,
+                        Err(cause) => {
+                            let cause = observe::store_failed(&self.tool, &*store, "claim", cause);
+                            return Begun::Ended(Ended::Failed(cause));
+                        }
                     }
-                },
+                }
             };
             match answer {
                 Answer::Claimed(held) if self.reports_takeover(&held) => {
@@ -120,11 +140,11 @@ impl Call {
                         return Begun::Ended(Ended::Failed(cause));
                     }
                     observe::unknown_outcome(&self.tool, true);
-                    return Begun::Ended(Ended::Failed(Error::UnknownOutcome { key: self.key }));
+                    return Begun::Ended(Ended::Failed(Error::UnknownOutcome { key }));
                 }
                 Answer::Claimed(held) => {
                     observe::claimed(&self.tool, held.fence(), held.taken_over());
-                    return Begun::Act(Acting::new(self.key, self.tool, held));
+                    return Begun::Act(Acting::new(key, self.tool, held));
                 }
                 Answer::InFlight(woken) => {
                     let deadline =
@@ -132,7 +152,7 @@ impl Call {
                     let since = observe::waiting(&self.tool, deadline, self.policy.wait);
                     if tokio::time::timeout_at(deadline, woken).await.is_err() {
                         observe::wait_deadline_passed(&self.tool, since);
-                        return Begun::Ended(Ended::Failed(Error::InProgress { key: self.key }));
+                        return Begun::Ended(Ended::Failed(Error::InProgress { key }));
                     }
                     observe::woken(&self.tool, since);
                 }
@@ -187,7 +207,7 @@ pub(super) enum Begun {
 /// A call that ended without acting.
 pub(super) enum Ended {
     Replay {
-        key: Key,
+        key: PendingKey,
         finished: Finished,
         note: Cow<'static, str>,
     },
@@ -219,9 +239,15 @@ impl Ended {
                     Some(codec) => Err((codec.replay)(&finished.value)?),
                     // Another call site of this tool records errors; this
                     // one cannot read them, and must not act again.
-                    None => Err(Error::UnknownOutcome { key }.into()),
+                    None => Err(Error::UnknownOutcome {
+                        key: key.into_key(),
+                    }
+                    .into()),
                 },
-                Ending::Unknown => Err(Error::UnknownOutcome { key }.into()),
+                Ending::Unknown => Err(Error::UnknownOutcome {
+                    key: key.into_key(),
+                }
+                .into()),
             },
             Ended::Conflict {
                 reason,

@@ -1,8 +1,15 @@
 //! The typed shim of a guarded call: it drives the claim, polls the
 //! tool's action, and turns the ending into the tool's result.
+//!
+//! It is one hand-written state machine rather than an `async fn`: the
+//! action is pinned in place, and the call is in one state at a time, so
+//! the future a tool awaits is no larger than its action and the largest
+//! state, and moving it (as every `async fn` around it does) copies little.
 
-use std::future::{Future, poll_fn};
-use std::pin::pin;
+use std::future::Future;
+use std::mem;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -12,6 +19,7 @@ use crate::observe;
 use crate::outcome::Outcome;
 use crate::record::{Ending, Recorded};
 
+use super::acting::{Acting, Completing, Releasing};
 use super::call::Call;
 use super::claim::{Begin, Begun};
 
@@ -27,53 +35,136 @@ where
     E: From<Error>,
 {
     let span = match &call {
-        Ok(call) => observe::call_span(&call.tool, &call.key, call.store.as_deref()),
+        Ok(call) => observe::call_span(&call.tool, call.key.as_str(), call.store.as_deref()),
         Err(_) => tracing::Span::none(),
     };
-    tracing::Instrument::instrument(drive_in_span(call, action, errors), span)
+    let drive = Drive {
+        action,
+        state: State::Start(call),
+        errors,
+    };
+    tracing::Instrument::instrument(drive, span)
 }
 
-/// Runs the call: the typed shim around [`Call::begin`] and the completion.
-/// Only the action's own future and the result's conversions are generic.
-async fn drive_in_span<T, E, F>(
-    call: Result<Call, Error>,
-    action: F,
-    errors: Option<ErrorCodec<E>>,
-) -> Result<Outcome<T>, E>
+pin_project_lite::pin_project! {
+    /// A guarded call: the claim ([`Call::begin`]), the action polled under
+    /// its key, and the completion or release.
+    struct Drive<F, T, E> {
+        // Declared first, so dropped first: a call dropped while acting
+        // stops its action before its claim is released.
+        #[pin]
+        action: F,
+        state: State<T, E>,
+        errors: Option<ErrorCodec<E>>,
+    }
+}
+
+/// Where a guarded call is.
+enum State<T, E> {
+    /// Not polled yet.
+    Start(Result<Call, Error>),
+    /// Waiting for a store that does I/O, or for a call in flight.
+    Claiming(Pin<Box<dyn Future<Output = Begun> + Send>>),
+    /// Holding the claim; the action runs.
+    Acting(Acting),
+    /// The action returned this value, which is being recorded.
+    Completing(Completing, T),
+    /// The action returned this final error, which is being recorded.
+    RecordingError(Completing, E),
+    /// The action returned this error; the claim is being released.
+    Releasing(Releasing, E),
+    /// Finished, or unwinding from a panic in the action.
+    Done,
+}
+
+impl<F, T, E> Future for Drive<F, T, E>
 where
     F: Future<Output = Result<T, E>>,
     T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
     E: From<Error>,
 {
-    let begun = match call.map(Call::begin) {
-        Ok(Begin::Now(begun)) => begun,
-        Ok(Begin::Later(begun)) => begun.await,
-        Err(error) => return Err(error.into()),
-    };
-    let acting = match begun {
-        Begun::Act(acting) => acting,
-        Begun::Ended(ended) => return ended.into_result(errors.as_ref()),
-    };
-    let mut action = pin!(action);
-    let result = poll_fn(|cx| acting.active.poll_as(|| action.as_mut().poll(cx))).await;
-    match result {
-        Ok(value) => match acting
-            .complete(Ending::Ok, Recorded::typed(value.clone()))
-            .await
-        {
-            Ok(()) => Ok(Outcome::Fresh { value }),
-            Err(error) => Err(with_result(error, &value).into()),
-        },
-        Err(err) => match &errors {
-            Some(codec) => match acting.complete(Ending::Err, (codec.record)(&err)).await {
-                Ok(()) => Err(err),
-                Err(error) => Err(error.into()),
-            },
-            None => {
-                acting.release().await;
-                Err(err)
+    type Output = Result<Outcome<T>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            // Each state is taken out, and put back if it must wait.
+            let next = match mem::replace(this.state, State::Done) {
+                State::Start(Err(error)) => return Poll::Ready(Err(error.into())),
+                State::Start(Ok(call)) => match call.begin() {
+                    Begin::Now(begun) => begun,
+                    Begin::Later(claiming) => {
+                        *this.state = State::Claiming(claiming);
+                        continue;
+                    }
+                },
+                State::Claiming(mut claiming) => match claiming.as_mut().poll(cx) {
+                    Poll::Ready(begun) => begun,
+                    Poll::Pending => {
+                        *this.state = State::Claiming(claiming);
+                        return Poll::Pending;
+                    }
+                },
+                State::Acting(acting) => {
+                    let action = this.action.as_mut();
+                    *this.state = match acting.active.poll_as(|| action.poll(cx)) {
+                        Poll::Pending => State::Acting(acting),
+                        Poll::Ready(Ok(value)) => State::Completing(
+                            acting.complete(Ending::Ok, Recorded::typed(value.clone())),
+                            value,
+                        ),
+                        Poll::Ready(Err(err)) => match this.errors {
+                            Some(codec) => State::RecordingError(
+                                acting.complete(Ending::Err, (codec.record)(&err)),
+                                err,
+                            ),
+                            None => State::Releasing(acting.release(), err),
+                        },
+                    };
+                    if matches!(this.state, State::Acting(_)) {
+                        return Poll::Pending;
+                    }
+                    continue;
+                }
+                State::Completing(mut completing, value) => {
+                    return match Pin::new(&mut completing).poll(cx) {
+                        Poll::Ready(Ok(())) => Poll::Ready(Ok(Outcome::Fresh { value })),
+                        Poll::Ready(Err(error)) => {
+                            Poll::Ready(Err(with_result(error, &value).into()))
+                        }
+                        Poll::Pending => {
+                            *this.state = State::Completing(completing, value);
+                            Poll::Pending
+                        }
+                    };
+                }
+                State::RecordingError(mut completing, err) => {
+                    return match Pin::new(&mut completing).poll(cx) {
+                        Poll::Ready(Ok(())) => Poll::Ready(Err(err)),
+                        Poll::Ready(Err(error)) => Poll::Ready(Err(error.into())),
+                        Poll::Pending => {
+                            *this.state = State::RecordingError(completing, err);
+                            Poll::Pending
+                        }
+                    };
+                }
+                State::Releasing(mut releasing, err) => {
+                    return match Pin::new(&mut releasing).poll(cx) {
+                        Poll::Ready(()) => Poll::Ready(Err(err)),
+                        Poll::Pending => {
+                            *this.state = State::Releasing(releasing, err);
+                            Poll::Pending
+                        }
+                    };
+                }
+                // Polled again after it finished: it never will again.
+                State::Done => return Poll::Pending,
+            };
+            match next {
+                Begun::Act(acting) => *this.state = State::Acting(acting),
+                Begun::Ended(ended) => return Poll::Ready(ended.into_result(this.errors.as_ref())),
             }
-        },
+        }
     }
 }
 

@@ -4,6 +4,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 use super::part::{KeyPart, KeyPartWriter, separates};
+use super::pending::PendingKey;
 use super::{Key, KeyError};
 use crate::error::Error;
 use crate::run::Run;
@@ -35,7 +36,7 @@ pub struct KeyBuilder {
 
 impl KeyBuilder {
     pub(super) fn new() -> KeyBuilder {
-        let mut buf = SCRATCH.with(Cell::take);
+        let mut buf = SCRATCH.try_with(Cell::take).unwrap_or_default();
         buf.clear();
         KeyBuilder {
             buf,
@@ -116,15 +117,29 @@ impl KeyBuilder {
         }
         Ok(Key(Arc::from(self.buf.as_str())))
     }
+
+    /// Finishes the key as text, in the buffer it was rendered in: the key
+    /// of a guarded call, allocated only if a store must keep it.
+    pub(crate) fn finish_pending(mut self) -> Result<PendingKey, Error> {
+        if self.parts == 0 {
+            return Err(KeyError::NoParts.into());
+        }
+        Ok(PendingKey::rendered(std::mem::take(&mut self.buf)))
+    }
 }
 
 impl Drop for KeyBuilder {
     fn drop(&mut self) {
-        let buf = std::mem::take(&mut self.buf);
-        // Keep a modest buffer for the next key; drop huge ones.
-        if buf.capacity() <= 4096 {
-            SCRATCH.with(|cell| cell.set(buf));
-        }
+        give_back(std::mem::take(&mut self.buf));
+    }
+}
+
+/// Keeps a buffer for the next key rendered on this thread; huge ones are
+/// dropped.
+pub(super) fn give_back(buf: String) {
+    if buf.capacity() > 0 && buf.capacity() <= 4096 {
+        // A thread being torn down has no scratch left to keep it in.
+        let _ = SCRATCH.try_with(|cell| cell.set(buf));
     }
 }
 

@@ -5,7 +5,7 @@
 //! escapes each value, `parse` reads a key back from its text, and `error`
 //! says why a key could not be had.
 
-use std::borrow::Cow;
+use std::borrow::{Borrow, Cow};
 use std::fmt;
 use std::sync::Arc;
 
@@ -15,11 +15,13 @@ mod builder;
 mod error;
 mod parse;
 mod part;
+mod pending;
 
 pub use builder::KeyBuilder;
 pub use error::{KeyError, KeyTextProblem};
 pub(crate) use part::separates;
 pub use part::{KeyPart, KeyPartWriter};
+pub(crate) use pending::PendingKey;
 
 /// The longest key a payment provider accepts (Stripe's limit).
 pub const PROVIDER_KEY_MAX: usize = 255;
@@ -139,6 +141,11 @@ impl Key {
         Ok(Key(Arc::from(text)))
     }
 
+    /// A key from text a builder rendered and checked.
+    pub(super) fn from_checked(text: &str) -> Key {
+        Key(Arc::from(text))
+    }
+
     /// Rebuilds a key from text a store recorded earlier with [`Key::as_str`],
     /// unchecked: the store wrote it from a key this library rendered.
     #[cfg_attr(
@@ -159,6 +166,14 @@ impl fmt::Display for Key {
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Key({:?})", &*self.0)
+    }
+}
+
+/// A key is looked up by its text: it hashes, compares and orders as its
+/// text does.
+impl Borrow<str> for Key {
+    fn borrow(&self) -> &str {
+        &self.0
     }
 }
 

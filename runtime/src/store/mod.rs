@@ -52,10 +52,12 @@ pub use schema::SCHEMA_VERSION;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
+use crate::fingerprint::Fingerprint;
 use crate::key::Key;
 use crate::record::Finished;
 #[cfg(doc)]
 use crate::record::Recorded;
+use crate::tool::ToolId;
 
 /// Where claims and records live.
 ///
@@ -303,6 +305,25 @@ pub trait Store: Send + Sync + 'static {
     /// nor loses the record of an action that ran.
     fn answers_at_once(&self) -> bool {
         false
+    }
+
+    /// The record of `key`'s finished action, if [`Store::claim`] would
+    /// answer [`ClaimAnswer::Completed`] with it for this tool and
+    /// fingerprint: a replay answered from memory, by the key's text.
+    ///
+    /// A store that [answers at once](Store::answers_at_once) is asked this
+    /// before the claim, so that a repeat of a finished call never makes
+    /// its key a shared value, and allocates nothing but the clone of the
+    /// result. `None` is always a correct answer (the default): the guard
+    /// then claims as usual.
+    fn replay_at_once(
+        &self,
+        key: &str,
+        tool: &ToolId,
+        fingerprint: Fingerprint,
+    ) -> Option<Finished> {
+        let _ = (key, tool, fingerprint);
+        None
     }
 
     /// How often the guard renews a held claim's lease while its action runs,

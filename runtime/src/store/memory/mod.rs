@@ -194,6 +194,15 @@ impl Store for MemoryStore {
         true
     }
 
+    fn replay_at_once(
+        &self,
+        key: &str,
+        tool: &ToolId,
+        fingerprint: Fingerprint,
+    ) -> Option<Finished> {
+        self.inner.replay_now(key, tool, fingerprint)
+    }
+
     fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
         StoreFuture::ready(self.inner.forget_now(key, how))
     }

@@ -8,10 +8,12 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{Done, Held, Inner, Slot};
+use crate::fingerprint::Fingerprint;
 use crate::key::Key;
 use crate::outcome::ConflictReason;
 use crate::record::{Ending, Finished};
 use crate::store::{Claim, ClaimAnswer, ClaimRequest, Forget, StoreError, StoreResult, Wait};
+use crate::tool::ToolId;
 
 impl Inner {
     fn new_claim(&self, req: &ClaimRequest<'_>, fence: u64) -> (Held, Claim) {
@@ -33,26 +35,31 @@ impl Inner {
         (held, claim)
     }
 
-    /// Answers a replay under the shard's read lock, so that concurrent
-    /// repeats of a finished action do not queue behind each other.
-    pub(super) fn replay_now(&self, req: &ClaimRequest<'_>) -> Option<ClaimAnswer> {
-        let slot = self.slots.get(req.key)?;
+    /// Answers a replay by the key's text under the shard's read lock, so
+    /// that concurrent repeats of a finished action do not queue behind
+    /// each other, and no key is allocated to ask.
+    pub(super) fn replay_now(
+        &self,
+        key: &str,
+        tool: &ToolId,
+        fingerprint: Fingerprint,
+    ) -> Option<Finished> {
+        let slot = self.slots.get(key)?;
         match &*slot {
             Slot::Done(done)
-                if done.tool == *req.tool
-                    && done.fingerprint == req.fingerprint
+                if done.tool == *tool
+                    && done.fingerprint == fingerprint
                     && done.expires_at > Instant::now() =>
             {
-                Some(ClaimAnswer::Completed(done.finished.clone()))
+                Some(done.finished.clone())
             }
             _ => None,
         }
     }
 
+    /// Claims under the shard's write lock. The guard asks
+    /// [`Inner::replay_now`] first, so a claim is one entry operation.
     pub(super) fn claim_now(&self, req: &ClaimRequest<'_>) -> ClaimAnswer {
-        if let Some(replay) = self.replay_now(req) {
-            return replay;
-        }
         let (state, inserted) = match self.slots.entry(req.key.clone()) {
             Entry::Vacant(vacant) => {
                 let (held, claim) = self.new_claim(req, 1);
