@@ -56,9 +56,10 @@ impl Subject {
                 None => stores.push(self.store.clone()),
             }
         }
-        let statements = self.statements.is_some().then(|| {
-            Arc::new(move || counters.iter().map(|count| count()).sum()) as Statements
-        });
+        let statements = self
+            .statements
+            .is_some()
+            .then(|| Arc::new(move || counters.iter().map(|count| count()).sum()) as Statements);
         Connections { stores, statements }
     }
 }
