@@ -1,6 +1,7 @@
 //! The Redis store's steps on the wire: wake-ups published only for a
 //! waiter, scripts loaded again after the server forgot them, `WAIT`, round
-//! trips under racing claims, and errors.
+//! trips under racing claims (whose answers the conformance suite checks),
+//! and errors.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,12 +9,13 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use idempotent_tools::store::RedisStore;
 use idempotent_tools::store::redis::redis;
-use idempotent_tools::{ClaimAnswer, ClaimRequest, ConflictReason, Store, StoreError, ToolId};
+use idempotent_tools::{ClaimAnswer, Store, StoreError};
 
 use super::hex;
 use crate::{Prefixed, admin};
 use idempotent_tools::testing::conformance::kit::{
-    self, TOOL, claimed, finished, fresh_run, in_flight, refund_key, request, usd,
+    self, assert_each_cause_once, claimed, error_chain, finished, fresh_run, in_flight, refund_key,
+    request,
 };
 
 pub async fn a_waiter_is_woken_by_one_publish_and_a_completion_nobody_waits_for_publishes_none() {
@@ -228,7 +230,7 @@ pub async fn a_claim_short_of_its_replicas_is_released_and_reported_unavailable(
         .expect_err("not enough replicas");
     assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
     assert!(
-        chain(&err).join(": ").contains("replicas asked for"),
+        error_chain(&err).join(": ").contains("replicas asked for"),
         "{err}"
     );
     assert!(
@@ -237,71 +239,30 @@ pub async fn a_claim_short_of_its_replicas_is_released_and_reported_unavailable(
     );
 }
 
+/// The suite races the same claims and checks each answer; here, what
+/// they cost on the wire.
 pub async fn racing_claims_from_many_connections_take_one_round_trip_each() {
     let Some(place) = Prefixed::new() else { return };
     let mut stores = Vec::new();
     for _ in 0..4 {
         stores.push(Arc::new(place.store().await));
     }
+    let racing: Vec<Arc<dyn Store>> = stores
+        .iter()
+        .map(|store| store.clone() as Arc<dyn Store>)
+        .collect();
     let run = fresh_run();
-    let before: u64 = stores.iter().map(|s| s.round_trips()).sum();
-    let mut claims = 0;
-    for order in 0..20 {
-        let key = refund_key(&run, &order.to_string());
-        let start = Arc::new(tokio::sync::Barrier::new(8));
-        let mut tasks = Vec::new();
-        for caller in 0..8usize {
-            let (store, key, start) = (stores[caller % 4].clone(), key.clone(), start.clone());
-            tasks.push(tokio::spawn(async move {
-                let tool = if caller % 4 == 3 {
-                    ToolId::new("mail::send_receipt")
-                } else {
-                    TOOL.clone()
-                };
-                let fingerprint = usd(if caller % 2 == 0 { 42 } else { 41 });
-                start.wait().await;
-                let answer = store
-                    .claim(ClaimRequest {
-                        key: &key,
-                        tool: &tool,
-                        fingerprint,
-                        lease: Duration::from_secs(30),
-                        retention: Duration::from_secs(3600),
-                    })
-                    .await
-                    .expect("claim");
-                (tool, fingerprint, answer)
-            }));
-        }
-        let mut results = Vec::new();
-        for task in tasks {
-            results.push(task.await.expect("task"));
-        }
-        claims += results.len() as u64;
-        let winners: Vec<_> = results
-            .iter()
-            .filter(|(_, _, a)| matches!(a, ClaimAnswer::Claimed(_)))
-            .collect();
-        assert_eq!(winners.len(), 1, "exactly one claim per key");
-        let (win_tool, win_fp, _) = winners[0];
-        for (tool, fp, answer) in &results {
-            match answer {
-                ClaimAnswer::Claimed(_) => {}
-                ClaimAnswer::InFlight(_) => assert!(tool == win_tool && fp == win_fp),
-                ClaimAnswer::Conflict {
-                    reason: ConflictReason::OtherTool,
-                    ..
-                } => assert!(tool != win_tool),
-                ClaimAnswer::Conflict {
-                    reason: ConflictReason::Arguments,
-                    ..
-                } => assert!(tool == win_tool && fp != win_fp),
-                other => panic!("unexpected {other:?}"),
-            }
-        }
+    let round_trips = || stores.iter().map(|s| s.round_trips()).sum::<u64>();
+    let before = round_trips();
+    let keys = 20;
+    for order in 0..keys {
+        kit::race_for_one_key(&racing, &refund_key(&run, &order.to_string())).await;
     }
-    let trips = stores.iter().map(|s| s.round_trips()).sum::<u64>() - before;
-    assert_eq!(trips, claims, "no claim needs a second round trip");
+    assert_eq!(
+        round_trips() - before,
+        (keys * kit::RACING_CLAIMS) as u64,
+        "no claim needs a second round trip"
+    );
 }
 
 pub async fn measured_latency_of_a_guarded_call_on_the_local_server() {
@@ -309,31 +270,13 @@ pub async fn measured_latency_of_a_guarded_call_on_the_local_server() {
     kit::measure_latency_of_a_guarded_call(Arc::new(place.store().await)).await;
 }
 
-/// The messages of an error and its sources, outermost first.
-fn chain(err: &(dyn std::error::Error + 'static)) -> Vec<String> {
-    let mut messages = vec![err.to_string()];
-    let mut source = err.source();
-    while let Some(cause) = source {
-        messages.push(cause.to_string());
-        source = cause.source();
-    }
-    messages
-}
-
 pub async fn an_unreachable_server_is_unavailable_and_prints_each_cause_once() {
     let err = RedisStore::connect("redis://127.0.0.1:1/0")
         .await
         .expect_err("nothing listens on port 1");
     assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
-    let messages = chain(&err);
+    let messages = error_chain(&err);
     assert!(messages.len() >= 3, "{messages:?}");
     assert!(messages[1].contains("`connect`"), "{messages:?}");
-    for pair in messages.windows(2) {
-        assert!(
-            !pair[0].contains(&pair[1]),
-            "`{}` repeats its cause `{}`",
-            pair[0],
-            pair[1]
-        );
-    }
+    assert_each_cause_once(&messages);
 }

@@ -10,11 +10,26 @@ use crate::Store;
 /// How many statements the case's store has sent so far.
 pub(crate) type Statements = Arc<dyn Fn() -> u64 + Send + Sync>;
 
+/// Opens another connection to the case's store: a store of its own (its
+/// own pool, its own listener) on the case's scope, and its statement
+/// counter.
+pub(crate) type Connect =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = (Arc<dyn Store>, Option<Statements>)>>>>;
+
 /// The store a case runs against, with what the suite knows of it.
 pub(crate) struct Subject {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) statements: Option<Statements>,
     pub(crate) callers: usize,
+    /// `None` for a store within one process: it has one connection.
+    pub(crate) connect: Option<Connect>,
+}
+
+/// Several connections to one case's store, and the statements they sent.
+pub(crate) struct Connections {
+    pub(crate) stores: Vec<Arc<dyn Store>>,
+    /// All of the connections' statements, if the store counts them.
+    pub(crate) statements: Option<Statements>,
 }
 
 impl Subject {
@@ -23,6 +38,29 @@ impl Subject {
         self.statements
             .clone()
             .expect("a case that needs a statement count runs only with one")
+    }
+
+    /// `n` connections to the case's store, the case's own first: the others
+    /// are opened as the case's children would open it. A store within one
+    /// process has one connection, shared `n` times.
+    pub(crate) async fn connections(&self, n: usize) -> Connections {
+        let mut stores = vec![self.store.clone()];
+        let mut counters: Vec<Statements> = self.statements.iter().cloned().collect();
+        while stores.len() < n {
+            match &self.connect {
+                Some(connect) => {
+                    let (store, statements) = connect().await;
+                    stores.push(store);
+                    counters.extend(statements);
+                }
+                None => stores.push(self.store.clone()),
+            }
+        }
+        let statements = self
+            .statements
+            .is_some()
+            .then(|| Arc::new(move || counters.iter().map(|count| count()).sum()) as Statements);
+        Connections { stores, statements }
     }
 }
 

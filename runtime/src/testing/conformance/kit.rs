@@ -3,7 +3,12 @@
 //! never see each other's records, and the store-level steps (claim,
 //! complete) that the durable cases take by hand.
 //!
-//! A store's own tests use these too, so that they read like the suite's.
+//! A store's own tests use these too, so that they read like the suite's:
+//! with them, claims [racing for one key](race_for_one_key) from several
+//! connections, and an error's causes [printed once](assert_each_cause_once).
+
+mod errors;
+mod racing;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -17,6 +22,9 @@ use crate::{
     Call, Claim, ClaimAnswer, ClaimRequest, Ending, Error, Fingerprint, Finished, Key, Outcome,
     Recorded, Run, Store, StoreError, StoreResult, ToolId, Wait,
 };
+
+pub use errors::{assert_each_cause_once, error_chain};
+pub use racing::{RACING_CLAIMS, race_for_one_key};
 
 /// How long a case may wait for something that must happen. Reaching it is a
 /// failure, never a synchronisation.

@@ -2,7 +2,8 @@
 //! set of test cases that runs against any [`Store`], yours included.
 //!
 //! A store is only as good as the claims it refuses. The suite races
-//! identical calls (in tasks and in OS processes), drops calls at every
+//! identical calls (in tasks and in OS processes) and claims from several
+//! connections, drops calls at every
 //! `.await`, fails completions, kills a holder with `kill -9` and pauses
 //! another past its lease, purges while keys are claimed again, and reads
 //! records back as an operator would. Each case counts what reached a
@@ -79,7 +80,9 @@
 //! a role to play: [`Suite::trials`] includes the children's entry point
 //! (a case named [`processes::ENTRY`]), which plays the role against a store
 //! the factory opens on the parent's scope (`scope.is_child()` is then
-//! true: open the parent's store, do not create a new one).
+//! true: open the parent's store, do not create a new one). The case that
+//! races claims from several connections opens each connection past the
+//! first the same way, in the same process.
 //!
 //! [`kit`] holds the stand-in provider and the refund call the cases are
 //! made of, for a store's own cases to read like the suite's.
@@ -155,7 +158,8 @@ impl<S: Store> Suite<S> {
     /// The store lives within one process (as a memory store does): the
     /// cases with OS processes are left out, and so are those that wait a
     /// lease out, since a holder in the same process never stops without
-    /// releasing.
+    /// releasing. Claims racing from several connections share the one
+    /// store.
     pub fn within_one_process(mut self) -> Suite<S> {
         self.one_process = true;
         self

@@ -55,6 +55,16 @@ impl Scope {
         })
     }
 
+    /// The scope of another connection to the store this case already
+    /// made: the factory opens that store, and creates nothing new.
+    pub(crate) fn another_connection(&self) -> Scope {
+        Scope {
+            purge_batch: None,
+            child: true,
+            ..self.clone()
+        }
+    }
+
     /// The environment that gives a child process this scope.
     pub(crate) fn env(&self) -> Vec<(&'static str, String)> {
         vec![
@@ -88,8 +98,10 @@ impl Scope {
         self.purge_batch
     }
 
-    /// Whether this is a child process of an OS-process case: the factory
-    /// opens the store its parent made, and creates nothing new.
+    /// Whether the case has made its store already, and this scope opens it
+    /// again: in a child process of an OS-process case, or as another
+    /// connection of a case that races claims from several. The factory
+    /// opens the store the case made, and creates nothing new.
     pub fn is_child(&self) -> bool {
         self.child
     }

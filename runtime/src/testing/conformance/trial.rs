@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use libtest_mimic::{Completion, Failed, Trial};
 
-use super::case::{Body, Case, Need, Subject};
+use super::case::{Body, Case, Connect, Need, Statements, Subject};
 use super::kit::NOT_OFFERED;
 use super::processes::{self, Scene};
-use super::{PURGE_BATCH, Scope, Suite};
+use super::{Count, PURGE_BATCH, Scope, Suite};
 use crate::Store;
 
 /// Every case of the suite, and the children's entry point unless the store
@@ -64,6 +64,14 @@ fn verdict(panic: &(dyn Any + Send)) -> Result<Completion, Failed> {
         Some(_) => Ok(Completion::ignored_with(message)),
         None => Err(Failed::from(message)),
     }
+}
+
+/// How many statements `store` has sent so far, if the store counts them.
+fn counter<S: Store>(count: Option<&Arc<Count<S>>>, store: &Arc<S>) -> Option<Statements> {
+    count.cloned().map(|count| {
+        let store = store.clone();
+        Arc::new(move || count(&store)) as Statements
+    })
 }
 
 impl<S: Store> Suite<S> {
@@ -141,18 +149,33 @@ impl<S: Store> Suite<S> {
         Arc::new((self.make)(scope).await)
     }
 
+    /// Opens further connections to the store of the case in `scope`,
+    /// unless the store lives within one process.
+    fn connector(&self, scope: &Scope) -> Option<Connect> {
+        if self.one_process {
+            return None;
+        }
+        let (make, count, scope) = (self.make.clone(), self.count.clone(), scope.clone());
+        Some(Arc::new(move || {
+            let (make, count, scope) = (make.clone(), count.clone(), scope.another_connection());
+            Box::pin(async move {
+                let store = Arc::new(make(scope).await);
+                let statements = counter(count.as_ref(), &store);
+                (store as Arc<dyn Store>, statements)
+            })
+        }))
+    }
+
     async fn play(&self, case: &Case, scope: Scope) {
         match case.body {
             Body::InProcess(body) => {
+                let connect = self.connector(&scope);
                 let store = self.open(scope).await;
-                let statements = self.count.clone().map(|count| {
-                    let store = store.clone();
-                    Arc::new(move || count(&store)) as Arc<dyn Fn() -> u64 + Send + Sync>
-                });
                 body(Subject {
+                    statements: counter(self.count.as_ref(), &store),
                     store,
-                    statements,
                     callers: self.callers,
+                    connect,
                 })
                 .await;
             }

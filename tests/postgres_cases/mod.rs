@@ -1,0 +1,73 @@
+//! What only the Postgres store does: asynchronous completions and its
+//! latency figure here; round trips counted on the wire in [`round_trips`],
+//! LISTEN/NOTIFY in [`notify`], schema versions and migrations in
+//! [`schema`], a server that is down or refuses in [`errors`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idempotent_tools::testing::conformance::kit::{
+    self, claimed, finished, fresh_run, refund_key, request,
+};
+use idempotent_tools::{ClaimAnswer, Store};
+
+use crate::harness::Trial;
+use crate::{Schema, URL};
+
+mod errors;
+mod notify;
+mod round_trips;
+mod schema;
+
+pub fn trials() -> Vec<Trial> {
+    let mut trials = crate::trials!(plain;
+        schema::the_schema_a_dba_applies_by_hand_is_the_one_migrate_applies,
+    );
+    trials.extend(crate::trials!(URL;
+        round_trips::a_claim_a_completion_a_replay_and_a_wait_take_one_round_trip_each,
+        measured_latency_of_a_guarded_call_on_the_local_server,
+        notify::a_waiter_on_another_connection_is_woken_by_notify_not_by_polling,
+        notify::only_a_completion_a_waiter_marked_notifies,
+        asynchronous_completions_record_and_replay_like_synchronous_ones,
+        notify::a_waiter_outlives_its_listening_connection_being_killed,
+        notify::a_store_on_an_applications_pool_without_a_listener_polls_and_still_replays,
+        schema::a_missing_schema_says_to_migrate_and_nothing_runs,
+        schema::migrating_from_several_processes_at_once_succeeds,
+        schema::a_version_1_schema_is_upgraded_in_place_and_keeps_its_records,
+        schema::a_schema_newer_than_the_code_is_refused_and_left_unchanged,
+        schema::a_schema_missing_is_not_created_by_check_schema,
+        errors::a_server_error_names_the_statement_its_sqlstate_and_the_servers_message,
+    ));
+    trials.extend(crate::trials!(always;
+        errors::a_server_that_is_down_is_unavailable_and_nothing_runs,
+        errors::an_unreachable_server_prints_each_cause_once,
+    ));
+    trials
+}
+
+async fn measured_latency_of_a_guarded_call_on_the_local_server() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    kit::measure_latency_of_a_guarded_call(Arc::new(schema.store().await)).await;
+}
+
+async fn asynchronous_completions_record_and_replay_like_synchronous_ones() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let store = schema
+        .store_with(|b| b.asynchronous_completions(true))
+        .await;
+    let key = refund_key(&fresh_run(), "1182");
+    let claim = claimed(&store, request(&key, Duration::from_secs(30))).await;
+    store
+        .complete(&claim, finished("7"))
+        .await
+        .expect("complete");
+    let again = store
+        .claim(request(&key, Duration::from_secs(30)))
+        .await
+        .expect("claim");
+    assert!(matches!(again, ClaimAnswer::Completed(_)), "{again:?}");
+}

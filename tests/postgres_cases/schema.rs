@@ -1,0 +1,178 @@
+//! The schema: a missing one says to migrate, version 1 is upgraded in
+//! place, a newer one is refused, `check_schema` creates nothing, several
+//! processes migrate at once, and the SQL a DBA applies by hand is the one
+//! `migrate` applies.
+
+use std::sync::Arc;
+
+use idempotent_tools::store::postgres::PostgresStoreBuilder;
+use idempotent_tools::testing::conformance::kit::{
+    CountingProvider as Provider, fresh_run, refund_call, refunds,
+};
+use idempotent_tools::{Error, Store, StoreError};
+
+use crate::{Schema, admin};
+
+pub(super) async fn a_missing_schema_says_to_migrate_and_nothing_runs() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let store: Arc<dyn Store> = Arc::new(
+        PostgresStoreBuilder::from_config(schema.config())
+            .connect_lazy()
+            .expect("store"),
+    );
+    let provider = Provider::default();
+    let refused = refund_call(&store, &fresh_run(), "1182", 42)
+        .run(refunds(&provider, 42))
+        .await;
+    let err = refused.expect_err("no table, no action");
+    let message = match err.guard() {
+        Some(Error::Store(StoreError::Backend(source))) => source.to_string(),
+        other => panic!("expected a backend error, got {other:?}"),
+    };
+    assert!(message.contains("migrate()"), "{message}");
+    assert_eq!(provider.refunds(), 0);
+}
+
+/// The schema as stores before schema versions left it: the claims table
+/// alone.
+async fn downgrade_to_version_1(schema: &Schema) {
+    admin(&schema.url)
+        .await
+        .batch_execute(&format!(
+            "DROP TABLE {0}.idempotent_schema; DROP INDEX {0}.idempotent_claims_tool_state;",
+            schema.name
+        ))
+        .await
+        .expect("back to version 1");
+}
+
+pub(super) async fn a_version_1_schema_is_upgraded_in_place_and_keeps_its_records() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let run = fresh_run();
+    let provider = Provider::default();
+    {
+        let store: Arc<dyn Store> = Arc::new(schema.store().await);
+        let first = refund_call(&store, &run, "1182", 42)
+            .run(refunds(&provider, 42))
+            .await;
+        assert!(first.expect("fresh").is_fresh());
+    }
+    downgrade_to_version_1(&schema).await;
+
+    let store = PostgresStoreBuilder::from_config(schema.config())
+        .connect_lazy()
+        .expect("store");
+    assert_eq!(store.schema_version().await.expect("version"), 1);
+    store.migrate().await.expect("upgrade");
+    assert_eq!(
+        store.schema_version().await.expect("version"),
+        idempotent_tools::store::SCHEMA_VERSION
+    );
+    let index: i64 = admin(&schema.url)
+        .await
+        .query_one(
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = $1 \
+             AND indexname = 'idempotent_claims_tool_state'",
+            &[&schema.name],
+        )
+        .await
+        .expect("indexes")
+        .get(0);
+    assert_eq!(index, 1, "version 2's index was created");
+    let store: Arc<dyn Store> = Arc::new(store);
+    let again = refund_call(&store, &run, "1182", 42)
+        .run(refunds(&provider, 42))
+        .await;
+    assert!(again.expect("replay").is_replay());
+    assert_eq!(provider.refunds(), 1);
+
+    // check_schema upgrades in place too, without creating anything new.
+    downgrade_to_version_1(&schema).await;
+    let checked = PostgresStoreBuilder::from_config(schema.config())
+        .connect_lazy()
+        .expect("store");
+    checked.check_schema().await.expect("upgrade by check");
+    assert_eq!(
+        checked.schema_version().await.expect("version"),
+        idempotent_tools::store::SCHEMA_VERSION
+    );
+}
+
+pub(super) async fn a_schema_newer_than_the_code_is_refused_and_left_unchanged() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let store = schema.store().await;
+    admin(&schema.url)
+        .await
+        .batch_execute(&format!(
+            "INSERT INTO {}.idempotent_schema (version) VALUES (99)",
+            schema.name
+        ))
+        .await
+        .expect("a newer version");
+    for refused in [store.migrate().await, store.check_schema().await] {
+        let err = refused.expect_err("too new");
+        assert!(
+            matches!(
+                err,
+                StoreError::SchemaTooNew {
+                    found: 99,
+                    supported: 2
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("version 99"), "{err}");
+    }
+    let versions: i64 = admin(&schema.url)
+        .await
+        .query_one(
+            &format!("SELECT count(*) FROM {}.idempotent_schema", schema.name),
+            &[],
+        )
+        .await
+        .expect("versions")
+        .get(0);
+    assert_eq!(versions, 2, "nothing was changed");
+}
+
+pub(super) async fn a_schema_missing_is_not_created_by_check_schema() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let store = PostgresStoreBuilder::from_config(schema.config())
+        .connect_lazy()
+        .expect("store");
+    let err = store.check_schema().await.expect_err("no schema");
+    assert!(matches!(err, StoreError::MissingSchema), "{err:?}");
+    assert_eq!(store.schema_version().await.expect("version"), 0);
+}
+
+pub(super) async fn migrating_from_several_processes_at_once_succeeds() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let mut migrations = Vec::new();
+    for _ in 0..4 {
+        let store = PostgresStoreBuilder::from_config(schema.config())
+            .connect_lazy()
+            .expect("store");
+        migrations.push(tokio::spawn(async move { store.migrate().await }));
+    }
+    for migration in migrations {
+        migration.await.expect("task").expect("migrate");
+    }
+    schema.store().await.migrate().await.expect("and again");
+}
+
+pub(super) fn the_schema_a_dba_applies_by_hand_is_the_one_migrate_applies() {
+    let schema = idempotent_tools::store::postgres::POSTGRES_SCHEMA;
+    assert!(schema.contains("CREATE TABLE IF NOT EXISTS idempotent_claims"));
+    assert!(schema.contains("key_digest  bytea"));
+    assert!(schema.contains("result      text"));
+}
