@@ -4,7 +4,7 @@
 
 // The example's `main` is not called here.
 #[allow(dead_code)]
-#[path = "../examples/refund.rs"]
+#[path = "../examples/refund/main.rs"]
 mod refund;
 
 use std::sync::Arc;

@@ -18,17 +18,14 @@
 use std::hint::black_box;
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::Criterion;
-use idempotent_benches::{
-    Network, Provider, TOOL, bench_run, multi_thread, refund_key, refund_tool,
+use idempotent_benches::durable::{
+    self, Client, ClientWork, backend, fresh_call, next_order, replay, timed, unavailable,
 };
-use idempotent_tools::{
-    ClaimAnswer, ClaimRequest, DEFAULT_LEASE, DEFAULT_RETENTION, Fingerprint, Key, PostgresStore,
-    Run, Store, ToolId,
-};
+use idempotent_benches::{Network, Provider, bench_run, multi_thread, refund_key};
+use idempotent_tools::{Key, PostgresStore, StoreError};
 use tokio::runtime::Runtime;
 
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
@@ -63,15 +60,8 @@ const PLAIN_INSERT: &str = "
 const PLAIN_SELECT: &str = "
     SELECT key_text, tool, fingerprint, state FROM plain_inserts WHERE key_digest = $1";
 
-/// Order ids never repeat within a process, so every fresh call is new.
-static NEXT_ORDER: AtomicU64 = AtomicU64::new(10_000_000);
-
-fn next_order() -> u64 {
-    NEXT_ORDER.fetch_add(1, Ordering::Relaxed)
-}
-
 fn base_url() -> String {
-    std::env::var("IDEMPOTENT_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+    durable::server_url("IDEMPOTENT_POSTGRES_URL", DEFAULT_URL)
 }
 
 /// The URL with the benchmark's schema first on the search path, so the
@@ -81,28 +71,15 @@ fn bench_url(base: &str) -> String {
     format!("{base}{sep}options=-c%20search_path%3D{SCHEMA}")
 }
 
-async fn admin(base: &str, sql: &str) -> Result<(), idempotent_tools::StoreError> {
-    let store = PostgresStore::connect(base).await?;
-    let client = store
-        .pool()
-        .get()
-        .await
-        .map_err(|e| idempotent_tools::StoreError::Unavailable(Box::new(e)))?;
-    client
-        .batch_execute(sql)
-        .await
-        .map_err(|e| idempotent_tools::StoreError::Backend(Box::new(e)))
+/// Runs `sql` on one of the store's pooled connections.
+async fn execute(store: &PostgresStore, sql: &str) -> Result<(), StoreError> {
+    let client = store.pool().get().await.map_err(unavailable)?;
+    client.batch_execute(sql).await.map_err(backend)
 }
 
-/// Times `iters` sequential calls of `call`.
-fn timed(rt: &Runtime, iters: u64, mut call: impl AsyncFnMut()) -> Duration {
-    rt.block_on(async {
-        let start = Instant::now();
-        for _ in 0..iters {
-            call().await;
-        }
-        start.elapsed()
-    })
+async fn admin(base: &str, sql: &str) -> Result<(), StoreError> {
+    let store = PostgresStore::connect(base).await?;
+    execute(&store, sql).await
 }
 
 async fn plain_insert(store: &PostgresStore, key: &Key) {
@@ -135,34 +112,21 @@ async fn plain_select(store: &PostgresStore, key: &Key) -> bool {
         .is_some()
 }
 
-fn statements_per_call(rt: &Runtime, store: &Arc<PostgresStore>, provider: &Provider, run: &Run) {
-    let order_id = next_order();
-    let before = store.statements();
-    let fresh = rt.block_on(refund_tool(store, provider, run, order_id, 42));
-    assert!(fresh.is_ok_and(|o| o.is_fresh()));
-    let after_fresh = store.statements();
-    let replay = rt.block_on(refund_tool(store, provider, run, order_id, 42));
-    assert!(replay.is_ok_and(|o| o.is_replay()));
-    let after_replay = store.statements();
-    println!(
-        "postgres statements per call: fresh {}, replay {} (one round trip each; \
-         prepared once per pooled connection)",
-        after_fresh - before,
-        after_replay - after_fresh
-    );
-}
-
 fn latency(c: &mut Criterion, rt: &Runtime, store: &Arc<PostgresStore>) {
     let run = bench_run();
     let provider = Provider::new(Network::Instant);
-    statements_per_call(rt, store, &provider, &run);
+    let (fresh, replayed) =
+        durable::steps_per_call(rt, store, &provider, &run, PostgresStore::statements);
+    println!(
+        "postgres statements per call: fresh {fresh}, replay {replayed} (one round trip each; \
+         prepared once per pooled connection)"
+    );
 
     let mut group = c.benchmark_group("postgres");
     group.bench_function("fresh_call", |b| {
         b.iter_custom(|iters| {
             timed(rt, iters, async || {
-                let outcome = refund_tool(store, &provider, &run, next_order(), 42).await;
-                assert!(outcome.is_ok_and(|o| o.is_fresh()));
+                fresh_call(store, &provider, &run, next_order()).await;
             })
         })
     });
@@ -175,13 +139,11 @@ fn latency(c: &mut Criterion, rt: &Runtime, store: &Arc<PostgresStore>) {
         })
     });
     let order_id = next_order();
-    let first = rt.block_on(refund_tool(store, &provider, &run, order_id, 42));
-    assert!(first.is_ok_and(|o| o.is_fresh()));
+    rt.block_on(fresh_call(store, &provider, &run, order_id));
     group.bench_function("replay", |b| {
         b.iter_custom(|iters| {
             timed(rt, iters, async || {
-                let outcome = refund_tool(store, &provider, &run, black_box(order_id), 42).await;
-                assert!(outcome.is_ok_and(|o| o.is_replay()));
+                replay(store, &provider, &run, black_box(order_id)).await;
             })
         })
     });
@@ -230,66 +192,19 @@ async fn silent_complete(store: &PostgresStore, key: &Key) {
     assert_eq!(updated, 1);
 }
 
-/// Operations per second with `clients` tasks each working for `for_how_long`.
-fn rate(
-    rt: &Runtime,
-    store: &Arc<PostgresStore>,
-    clients: u64,
-    work: Work,
-    for_how_long: Duration,
-) -> f64 {
-    let run = Arc::new(bench_run());
-    let provider = Arc::new(Provider::new(Network::Instant));
-    let done = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let deadline = start + for_how_long;
-    rt.block_on(async {
-        let tasks: Vec<_> = (0..clients)
-            .map(|_| {
-                let (store, run, provider, done) = (
-                    Arc::clone(store),
-                    Arc::clone(&run),
-                    Arc::clone(&provider),
-                    Arc::clone(&done),
-                );
-                tokio::spawn(async move {
-                    let tool = ToolId::new(TOOL);
-                    while Instant::now() < deadline {
-                        let order_id = next_order();
-                        match work {
-                            Work::Claim | Work::ClaimThenSilentUpdate => {
-                                let key =
-                                    refund_key(&run, order_id).unwrap_or_else(|e| panic!("{e}"));
-                                let request = ClaimRequest {
-                                    key: &key,
-                                    tool: &tool,
-                                    fingerprint: Fingerprint::EMPTY,
-                                    lease: DEFAULT_LEASE,
-                                    retention: DEFAULT_RETENTION,
-                                };
-                                let state = store.claim(request).await;
-                                assert!(matches!(state, Ok(ClaimAnswer::Claimed(_))), "{state:?}");
-                                if matches!(work, Work::ClaimThenSilentUpdate) {
-                                    silent_complete(&store, &key).await;
-                                }
-                            }
-                            Work::FreshCall => {
-                                let outcome =
-                                    refund_tool(&store, &provider, &run, order_id, 42).await;
-                                assert!(outcome.is_ok_and(|o| o.is_fresh()));
-                            }
-                        }
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                })
-            })
-            .collect();
-        for task in tasks {
-            task.await
-                .unwrap_or_else(|e| panic!("a client failed: {e}"));
+impl ClientWork<PostgresStore> for Work {
+    async fn once(self, client: &Client<PostgresStore>, order_id: u64) {
+        match self {
+            Work::Claim => {
+                client.claim(order_id).await;
+            }
+            Work::ClaimThenSilentUpdate => {
+                let key = client.claim(order_id).await;
+                silent_complete(&client.store, &key).await;
+            }
+            Work::FreshCall => client.fresh_call(order_id).await,
         }
-    });
-    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    }
 }
 
 /// pgbench's inserts per second for each client count, from
@@ -321,13 +236,9 @@ fn pgbench(seconds: u64) -> Option<Vec<(u64, f64)>> {
 }
 
 fn throughput(rt: &Runtime, store: &Arc<PostgresStore>, unflushed: &Arc<PostgresStore>) {
-    let seconds = std::env::var("THROUGHPUT_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5u64);
-    if seconds == 0 {
+    let Some(seconds) = durable::throughput_seconds() else {
         return;
-    }
+    };
     let for_how_long = Duration::from_secs(seconds);
     let pgbench = pgbench(seconds).unwrap_or_default();
     println!();
@@ -340,16 +251,16 @@ fn throughput(rt: &Runtime, store: &Arc<PostgresStore>, unflushed: &Arc<Postgres
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for clients in CLIENTS {
-        let claims = rate(rt, store, clients, Work::Claim, for_how_long);
-        let calls = rate(rt, store, clients, Work::FreshCall, for_how_long);
-        let silent = rate(
+        let claims = durable::rate(rt, store, clients, Work::Claim, for_how_long);
+        let calls = durable::rate(rt, store, clients, Work::FreshCall, for_how_long);
+        let silent = durable::rate(
             rt,
             store,
             clients,
             Work::ClaimThenSilentUpdate,
             for_how_long,
         );
-        let unflushed = rate(rt, unflushed, clients, Work::FreshCall, for_how_long);
+        let unflushed = durable::rate(rt, unflushed, clients, Work::FreshCall, for_how_long);
         let inserts = pgbench
             .iter()
             .find(|(c, _)| *c == clients)
@@ -380,16 +291,8 @@ fn main() {
     let store = rt.block_on(async {
         let store = PostgresStore::connect(&bench_url(&base)).await?;
         store.migrate().await?;
-        let client = store
-            .pool()
-            .get()
-            .await
-            .map_err(|e| idempotent_tools::StoreError::Unavailable(Box::new(e)))?;
-        client
-            .batch_execute(PLAIN_TABLE)
-            .await
-            .map_err(|e| idempotent_tools::StoreError::Backend(Box::new(e)))?;
-        Ok::<_, idempotent_tools::StoreError>(Arc::new(store))
+        execute(&store, PLAIN_TABLE).await?;
+        Ok::<_, StoreError>(Arc::new(store))
     });
     let store = store.unwrap_or_else(|e| panic!("cannot set the benchmark schema up: {e}"));
 

@@ -16,60 +16,23 @@
 use std::hint::black_box;
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::Criterion;
-use idempotent_benches::{
-    Network, Provider, TOOL, bench_run, multi_thread, refund_key, refund_tool,
+use idempotent_benches::durable::{
+    self, Client, ClientWork, backend, fresh_call, next_order, replay, timed, unavailable,
 };
+use idempotent_benches::{Network, Provider, bench_run, multi_thread};
+use idempotent_tools::RedisStore;
 use idempotent_tools::store::redis::redis;
-use idempotent_tools::{
-    ClaimAnswer, ClaimRequest, DEFAULT_LEASE, DEFAULT_RETENTION, Fingerprint, RedisStore, Run,
-    Store, ToolId,
-};
 use tokio::runtime::Runtime;
 
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 const PREFIX: &str = "idempotent-bench:";
 const CLIENTS: [u64; 3] = [1, 4, 16];
 
-/// Order ids never repeat within a process, so every fresh call is new.
-static NEXT_ORDER: AtomicU64 = AtomicU64::new(10_000_000);
-
-fn next_order() -> u64 {
-    NEXT_ORDER.fetch_add(1, Ordering::Relaxed)
-}
-
 fn url() -> String {
-    std::env::var("IDEMPOTENT_REDIS_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
-}
-
-/// Times `iters` sequential calls of `call`.
-fn timed(rt: &Runtime, iters: u64, mut call: impl AsyncFnMut()) -> Duration {
-    rt.block_on(async {
-        let start = Instant::now();
-        for _ in 0..iters {
-            call().await;
-        }
-        start.elapsed()
-    })
-}
-
-fn round_trips_per_step(rt: &Runtime, store: &Arc<RedisStore>, provider: &Provider, run: &Run) {
-    let order_id = next_order();
-    let before = store.round_trips();
-    let fresh = rt.block_on(refund_tool(store, provider, run, order_id, 42));
-    assert!(fresh.is_ok_and(|o| o.is_fresh()));
-    let after_fresh = store.round_trips();
-    let replay = rt.block_on(refund_tool(store, provider, run, order_id, 42));
-    assert!(replay.is_ok_and(|o| o.is_replay()));
-    let after_replay = store.round_trips();
-    println!(
-        "redis round trips per call: fresh {} (claim, completion), replay {}",
-        after_fresh - before,
-        after_replay - after_fresh
-    );
+    durable::server_url("IDEMPOTENT_REDIS_URL", DEFAULT_URL)
 }
 
 fn latency(
@@ -81,22 +44,22 @@ fn latency(
 ) {
     let run = bench_run();
     let provider = Provider::new(Network::Instant);
-    round_trips_per_step(rt, store, &provider, &run);
+    let (fresh, replayed) =
+        durable::steps_per_call(rt, store, &provider, &run, |store| store.round_trips());
+    println!("redis round trips per call: fresh {fresh} (claim, completion), replay {replayed}");
 
     let mut group = c.benchmark_group("redis");
     group.bench_function("fresh_call", |b| {
         b.iter_custom(|iters| {
             timed(rt, iters, async || {
-                let outcome = refund_tool(store, &provider, &run, next_order(), 42).await;
-                assert!(outcome.is_ok_and(|o| o.is_fresh()));
+                fresh_call(store, &provider, &run, next_order()).await;
             })
         })
     });
     group.bench_function("fresh_call_wait_0", |b| {
         b.iter_custom(|iters| {
             timed(rt, iters, async || {
-                let outcome = refund_tool(waiting, &provider, &run, next_order(), 42).await;
-                assert!(outcome.is_ok_and(|o| o.is_fresh()));
+                fresh_call(waiting, &provider, &run, next_order()).await;
             })
         })
     });
@@ -118,13 +81,11 @@ fn latency(
         })
     });
     let order_id = next_order();
-    let first = rt.block_on(refund_tool(store, &provider, &run, order_id, 42));
-    assert!(first.is_ok_and(|o| o.is_fresh()));
+    rt.block_on(fresh_call(store, &provider, &run, order_id));
     group.bench_function("replay", |b| {
         b.iter_custom(|iters| {
             timed(rt, iters, async || {
-                let outcome = refund_tool(store, &provider, &run, black_box(order_id), 42).await;
-                assert!(outcome.is_ok_and(|o| o.is_replay()));
+                replay(store, &provider, &run, black_box(order_id)).await;
             })
         })
     });
@@ -160,63 +121,15 @@ enum Work {
     FreshCall,
 }
 
-/// Operations per second with `clients` tasks each working for `for_how_long`.
-fn rate(
-    rt: &Runtime,
-    store: &Arc<RedisStore>,
-    clients: u64,
-    work: Work,
-    for_how_long: Duration,
-) -> f64 {
-    let run = Arc::new(bench_run());
-    let provider = Arc::new(Provider::new(Network::Instant));
-    let done = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let deadline = start + for_how_long;
-    rt.block_on(async {
-        let tasks: Vec<_> = (0..clients)
-            .map(|_| {
-                let (store, run, provider, done) = (
-                    Arc::clone(store),
-                    Arc::clone(&run),
-                    Arc::clone(&provider),
-                    Arc::clone(&done),
-                );
-                tokio::spawn(async move {
-                    let tool = ToolId::new(TOOL);
-                    while Instant::now() < deadline {
-                        let order_id = next_order();
-                        match work {
-                            Work::Claim => {
-                                let key =
-                                    refund_key(&run, order_id).unwrap_or_else(|e| panic!("{e}"));
-                                let request = ClaimRequest {
-                                    key: &key,
-                                    tool: &tool,
-                                    fingerprint: Fingerprint::EMPTY,
-                                    lease: DEFAULT_LEASE,
-                                    retention: DEFAULT_RETENTION,
-                                };
-                                let state = store.claim(request).await;
-                                assert!(matches!(state, Ok(ClaimAnswer::Claimed(_))), "{state:?}");
-                            }
-                            Work::FreshCall => {
-                                let outcome =
-                                    refund_tool(&store, &provider, &run, order_id, 42).await;
-                                assert!(outcome.is_ok_and(|o| o.is_fresh()));
-                            }
-                        }
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                })
-            })
-            .collect();
-        for task in tasks {
-            task.await
-                .unwrap_or_else(|e| panic!("a client failed: {e}"));
+impl ClientWork<RedisStore> for Work {
+    async fn once(self, client: &Client<RedisStore>, order_id: u64) {
+        match self {
+            Work::Claim => {
+                client.claim(order_id).await;
+            }
+            Work::FreshCall => client.fresh_call(order_id).await,
         }
-    });
-    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    }
 }
 
 /// `redis-benchmark -t set` with `clients` connections: `SET`s per second,
@@ -245,13 +158,9 @@ fn redis_benchmark(clients: u64, seconds: u64) -> Option<f64> {
 }
 
 fn throughput(rt: &Runtime, store: &Arc<RedisStore>) {
-    let seconds = std::env::var("THROUGHPUT_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5u64);
-    if seconds == 0 {
+    let Some(seconds) = durable::throughput_seconds() else {
         return;
-    }
+    };
     let for_how_long = Duration::from_secs(seconds);
     println!();
     println!(
@@ -262,8 +171,8 @@ fn throughput(rt: &Runtime, store: &Arc<RedisStore>) {
     println!("|---|---|---|---|---|---|");
     for clients in CLIENTS {
         let sets = redis_benchmark(clients, seconds);
-        let claims = rate(rt, store, clients, Work::Claim, for_how_long);
-        let calls = rate(rt, store, clients, Work::FreshCall, for_how_long);
+        let claims = durable::rate(rt, store, clients, Work::Claim, for_how_long);
+        let calls = durable::rate(rt, store, clients, Work::FreshCall, for_how_long);
         let ratio = |x: f64| sets.map_or("n/a".to_owned(), |s| format!("{:.2}", x / s));
         println!(
             "| {clients} | {} | {claims:.0} | {} | {calls:.0} | {} |",
@@ -312,10 +221,10 @@ fn main() {
             .connect()
             .await?;
         let plain = redis::Client::open(url.as_str())
-            .map_err(|e| idempotent_tools::StoreError::Backend(Box::new(e)))?
+            .map_err(backend)?
             .get_multiplexed_async_connection()
             .await
-            .map_err(|e| idempotent_tools::StoreError::Unavailable(Box::new(e)))?;
+            .map_err(unavailable)?;
         Ok::<_, idempotent_tools::StoreError>((Arc::new(store), Arc::new(waiting), plain))
     });
     let (store, waiting, mut plain) = match connected {

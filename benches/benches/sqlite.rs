@@ -9,23 +9,16 @@
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use idempotent_benches::{Network, Provider, bench_run, multi_thread, refund_key, refund_tool};
+use idempotent_benches::durable::{self, fresh_call, next_order, replay, timed};
+use idempotent_benches::{Network, Provider, bench_run, multi_thread, refund_key};
+use idempotent_tools::Key;
 use idempotent_tools::store::SqliteStore;
 use idempotent_tools::store::sqlite::rusqlite::{self, Connection, params};
-use idempotent_tools::{Key, Run};
 use tokio::runtime::Runtime;
-
-/// Order ids never repeat within a process, so every fresh call is new.
-static NEXT_ORDER: AtomicU64 = AtomicU64::new(10_000_000);
-
-fn next_order() -> u64 {
-    NEXT_ORDER.fetch_add(1, Ordering::Relaxed)
-}
 
 /// Calls each client makes in one round of the throughput benchmark.
 const CALLS_PER_CLIENT: u64 = 16;
@@ -123,49 +116,25 @@ impl PlainInsert {
     }
 }
 
-/// Times `iters` sequential calls of `call`.
-fn timed(rt: &Runtime, iters: u64, mut call: impl AsyncFnMut()) -> Duration {
-    rt.block_on(async {
-        let start = Instant::now();
-        for _ in 0..iters {
-            call().await;
-        }
-        start.elapsed()
-    })
-}
-
-/// How many statements one fresh call and one replay send, printed before
-/// the timings.
-fn statements_per_call(rt: &Runtime, store: &Arc<SqliteStore>, provider: &Provider, run: &Run) {
-    let order_id = next_order();
-    let before = store.statements();
-    let fresh = rt.block_on(refund_tool(store, provider, run, order_id, 42));
-    assert!(fresh.is_ok_and(|o| o.is_fresh()));
-    let after_fresh = store.statements();
-    let replay = rt.block_on(refund_tool(store, provider, run, order_id, 42));
-    assert!(replay.is_ok_and(|o| o.is_replay()));
-    let after_replay = store.statements();
-    println!(
-        "sqlite statements per call: fresh {}, replay {} (each one hop to the blocking pool)",
-        after_fresh - before,
-        after_replay - after_fresh
-    );
-}
-
 fn latency(c: &mut Criterion, rt: &Runtime, scratch: &Scratch) {
     let run = bench_run();
     let provider = Provider::new(Network::Instant);
     let store = open_store(&scratch.path("claims.db"));
     let plain = PlainInsert::open(&scratch.path("plain.db"))
         .unwrap_or_else(|e| panic!("cannot open the plain file: {e}"));
-    statements_per_call(rt, &store, &provider, &run);
+    // How many statements one fresh call and one replay send, printed
+    // before the timings.
+    let (fresh, replayed) =
+        durable::steps_per_call(rt, &store, &provider, &run, SqliteStore::statements);
+    println!(
+        "sqlite statements per call: fresh {fresh}, replay {replayed} (each one hop to the blocking pool)"
+    );
 
     let mut group = c.benchmark_group("sqlite");
     group.bench_function("fresh_call", |b| {
         b.iter_custom(|iters| {
             timed(rt, iters, async || {
-                let outcome = refund_tool(&store, &provider, &run, next_order(), 42).await;
-                assert!(outcome.is_ok_and(|o| o.is_fresh()));
+                fresh_call(&store, &provider, &run, next_order()).await;
             })
         })
     });
@@ -178,13 +147,11 @@ fn latency(c: &mut Criterion, rt: &Runtime, scratch: &Scratch) {
         })
     });
     let order_id = next_order();
-    let first = rt.block_on(refund_tool(&store, &provider, &run, order_id, 42));
-    assert!(first.is_ok_and(|o| o.is_fresh()));
+    rt.block_on(fresh_call(&store, &provider, &run, order_id));
     group.bench_function("replay", |b| {
         b.iter_custom(|iters| {
             timed(rt, iters, async || {
-                let outcome = refund_tool(&store, &provider, &run, black_box(order_id), 42).await;
-                assert!(outcome.is_ok_and(|o| o.is_replay()));
+                replay(&store, &provider, &run, black_box(order_id)).await;
             })
         })
     });
@@ -226,15 +193,7 @@ fn throughput(c: &mut Criterion, rt: &Runtime, scratch: &Scratch) {
                                     );
                                     tokio::spawn(async move {
                                         for _ in 0..CALLS_PER_CLIENT {
-                                            let outcome = refund_tool(
-                                                &store,
-                                                &provider,
-                                                &run,
-                                                next_order(),
-                                                42,
-                                            )
-                                            .await;
-                                            assert!(outcome.is_ok_and(|o| o.is_fresh()));
+                                            fresh_call(&store, &provider, &run, next_order()).await;
                                         }
                                     })
                                 })

@@ -19,6 +19,8 @@ use idempotent_tools::{
 };
 use serde::{Deserialize, Serialize};
 
+pub mod durable;
+
 /// The tool id the by-hand guard records.
 pub const TOOL: &str = "benches::refund";
 

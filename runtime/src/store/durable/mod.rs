@@ -15,6 +15,8 @@
 //! - [`encode`]: time as milliseconds, owner tokens as 16 bytes, fences as
 //!   signed integers, states as text.
 //! - [`wait`]: the poll-with-backoff wait until a holder lets go.
+//! - `waiters`: the waiters of a store that listens on one connection
+//!   (Postgres, Redis), by key, woken by a notification or all at once.
 //!
 //! # Plugging a new store in
 //!
@@ -51,6 +53,8 @@ pub(crate) mod encode;
 mod forward;
 pub(crate) mod verdict;
 pub(crate) mod wait;
+#[cfg(any(feature = "postgres", feature = "redis"))]
+pub(crate) mod waiters;
 
 pub(crate) use verdict::{Found, Row, RowState};
 

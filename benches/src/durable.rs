@@ -1,0 +1,173 @@
+//! What the durable stores' benchmarks (SQLite, Postgres, Redis) share:
+//! fresh order ids, the server a benchmark reaches, timed sequential calls,
+//! the fresh call and the replay they time, the steps one call sends, and
+//! operations per second with several clients at once.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use idempotent_tools::{
+    ClaimAnswer, ClaimRequest, DEFAULT_LEASE, DEFAULT_RETENTION, Fingerprint, Key, Run, Store,
+    StoreError, ToolId,
+};
+use tokio::runtime::Runtime;
+
+use crate::{Network, Provider, TOOL, bench_run, refund_key, refund_tool};
+
+/// Order ids never repeat within a process, so every fresh call is new.
+static NEXT_ORDER: AtomicU64 = AtomicU64::new(10_000_000);
+
+/// An order id no call in this process used before.
+pub fn next_order() -> u64 {
+    NEXT_ORDER.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The server's URL: the environment variable `var`, or `default`.
+pub fn server_url(var: &str, default: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| default.to_owned())
+}
+
+/// How long each throughput point runs: `THROUGHPUT_SECONDS`, 5 by
+/// default; `None` for 0, which skips the throughput table.
+pub fn throughput_seconds() -> Option<u64> {
+    let seconds = std::env::var("THROUGHPUT_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5u64);
+    (seconds != 0).then_some(seconds)
+}
+
+/// A store error for a failure of the server or of the benchmark's own
+/// statements.
+pub fn backend(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Backend(Box::new(e))
+}
+
+/// A store error for a server that cannot be reached.
+pub fn unavailable(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Unavailable(Box::new(e))
+}
+
+/// Times `iters` sequential calls of `call`.
+pub fn timed(rt: &Runtime, iters: u64, mut call: impl AsyncFnMut()) -> Duration {
+    rt.block_on(async {
+        let start = Instant::now();
+        for _ in 0..iters {
+            call().await;
+        }
+        start.elapsed()
+    })
+}
+
+/// One guarded refund of an order never refunded: it must run.
+pub async fn fresh_call<S: Store>(store: &Arc<S>, provider: &Provider, run: &Run, order_id: u64) {
+    let outcome = refund_tool(store, provider, run, order_id, 42).await;
+    assert!(outcome.is_ok_and(|o| o.is_fresh()));
+}
+
+/// One guarded refund of an order refunded before: it must replay.
+pub async fn replay<S: Store>(store: &Arc<S>, provider: &Provider, run: &Run, order_id: u64) {
+    let outcome = refund_tool(store, provider, run, order_id, 42).await;
+    assert!(outcome.is_ok_and(|o| o.is_replay()));
+}
+
+/// What one fresh call and one replay of it cost, as `count` counts the
+/// store's steps (statements, round trips).
+pub fn steps_per_call<S: Store>(
+    rt: &Runtime,
+    store: &Arc<S>,
+    provider: &Provider,
+    run: &Run,
+    count: impl Fn(&S) -> u64,
+) -> (u64, u64) {
+    let order_id = next_order();
+    let before = count(store);
+    rt.block_on(fresh_call(store, provider, run, order_id));
+    let after_fresh = count(store);
+    rt.block_on(replay(store, provider, run, order_id));
+    let after_replay = count(store);
+    (after_fresh - before, after_replay - after_fresh)
+}
+
+/// One of the clients [`rate`] runs at once.
+pub struct Client<S> {
+    /// The store it calls.
+    pub store: Arc<S>,
+    /// The run its keys are under.
+    pub run: Arc<Run>,
+    /// The provider its refunds reach.
+    pub provider: Arc<Provider>,
+    /// The tool its bare claims are for.
+    pub tool: ToolId,
+}
+
+impl<S: Store> Client<S> {
+    /// `Store::claim` alone on the order's key, which must be new; returns
+    /// the key.
+    pub async fn claim(&self, order_id: u64) -> Key {
+        let key = refund_key(&self.run, order_id).unwrap_or_else(|e| panic!("{e}"));
+        let request = ClaimRequest {
+            key: &key,
+            tool: &self.tool,
+            fingerprint: Fingerprint::EMPTY,
+            lease: DEFAULT_LEASE,
+            retention: DEFAULT_RETENTION,
+        };
+        let state = self.store.claim(request).await;
+        assert!(matches!(state, Ok(ClaimAnswer::Claimed(_))), "{state:?}");
+        key
+    }
+
+    /// A whole guarded call: claim, action, completion.
+    pub async fn fresh_call(&self, order_id: u64) {
+        fresh_call(&self.store, &self.provider, &self.run, order_id).await;
+    }
+}
+
+/// What each client of [`rate`] does with one new order.
+pub trait ClientWork<S>: Copy + Send + 'static {
+    /// Does the work once for `order_id`.
+    fn once(self, client: &Client<S>, order_id: u64) -> impl Future<Output = ()> + Send;
+}
+
+/// Operations per second with `clients` tasks each doing `work` for
+/// `for_how_long`.
+pub fn rate<S: Store, W: ClientWork<S>>(
+    rt: &Runtime,
+    store: &Arc<S>,
+    clients: u64,
+    work: W,
+    for_how_long: Duration,
+) -> f64 {
+    let run = Arc::new(bench_run());
+    let provider = Arc::new(Provider::new(Network::Instant));
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let deadline = start + for_how_long;
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..clients)
+            .map(|_| {
+                let client = Client {
+                    store: Arc::clone(store),
+                    run: Arc::clone(&run),
+                    provider: Arc::clone(&provider),
+                    tool: ToolId::new(TOOL),
+                };
+                let done = Arc::clone(&done);
+                tokio::spawn(async move {
+                    while Instant::now() < deadline {
+                        work.once(&client, next_order()).await;
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await
+                .unwrap_or_else(|e| panic!("a client failed: {e}"));
+        }
+    });
+    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
