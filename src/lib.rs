@@ -139,6 +139,15 @@
 //! calls that arrive together: both check, both act. The README's
 //! [behaviour table] has every case, cancellation included.
 //!
+//! # Releases
+//!
+//! The attribute and this crate come as one release: this crate pins its
+//! macro and runtime crates with `=`. The code `#[idempotent]` expands into
+//! calls a private module named after its release (`__private0_1`), so a
+//! macro of one release used with this crate of another fails to compile,
+//! with an error naming that module, rather than run calls whose meaning has
+//! changed.
+//!
 //! [rig guide]: https://github.com/idempotent-rs/idempotent-tools#rig
 //! [rmcp guide]: https://github.com/idempotent-rs/idempotent-tools#rmcp-mcp-servers
 //! [stores section]: https://github.com/idempotent-rs/idempotent-tools#stores

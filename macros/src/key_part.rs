@@ -12,11 +12,12 @@ use syn::spanned::Spanned;
 use syn::{Attribute, Data, DeriveInput, Fields, LitStr, Meta};
 
 use crate::errors::Errors;
+use crate::krate::Krate;
 
 /// Writes the impl, or the errors next to nothing (a derive adds items; the
 /// type itself stays).
 pub fn derive(input: TokenStream) -> TokenStream {
-    let krate = crate::krate::Krate::find();
+    let krate = Krate::find();
     let input: DeriveInput = match syn::parse2(input) {
         Ok(input) => input,
         Err(err) => return err.to_compile_error(),
@@ -25,7 +26,7 @@ pub fn derive(input: TokenStream) -> TokenStream {
     let body = match &input.data {
         Data::Struct(data) => {
             reject_key_part_attrs(&input.attrs, "a struct", &mut errors);
-            newtype(&input, &data.fields, &mut errors)
+            newtype(&input, &data.fields, &krate, &mut errors)
         }
         Data::Enum(data) => {
             reject_key_part_attrs(&input.attrs, "an enum", &mut errors);
@@ -112,8 +113,13 @@ pub fn derive(input: TokenStream) -> TokenStream {
     }
 }
 
-fn newtype(input: &DeriveInput, fields: &Fields, errors: &mut Errors) -> Option<TokenStream> {
-    let krate = crate::krate::Krate::find();
+/// The body of a newtype's impl: its one field written as a key part.
+fn newtype(
+    input: &DeriveInput,
+    fields: &Fields,
+    krate: &Krate,
+    errors: &mut Errors,
+) -> Option<TokenStream> {
     let mut iter = fields.iter();
     match (iter.next(), iter.next()) {
         (Some(field), None) => {

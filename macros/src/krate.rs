@@ -11,7 +11,8 @@ const FACADE: &str = "idempotent-tools";
 /// The runtime module the expansion calls into, named for this release
 /// (`__private` and the major and minor version), so that a facade of
 /// another release has no such module and the pair fails to compile rather
-/// than misbehave. The runtime declares it under the same name.
+/// than misbehave. The runtime declares it under the same name;
+/// `tests/ui/fail/private_module_of_another_release.rs` holds the error.
 const PRIVATE: &str = "__private0_1";
 
 /// The facade's name as the user's crate knows it: `idempotent_tools`, or

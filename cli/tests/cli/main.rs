@@ -1,0 +1,43 @@
+//! The built `idempotent-tools` binary, end to end, against a real SQLite
+//! file and the real Postgres: every command, its JSON, its exit codes, and
+//! bad input (an unknown URL scheme, a database without the schema, a key
+//! that does not exist).
+//!
+//! Postgres cases need `IDEMPOTENT_POSTGRES_URL`: without it they are
+//! reported as ignored, never as passed, and in CI they fail. Each gets a
+//! schema of its own, named in the URL's `search_path`, dropped afterwards.
+
+// The workspace's harness for cases that need a server.
+#[path = "../../../tests/harness/mod.rs"]
+mod harness;
+
+mod commands;
+mod postgres;
+mod records;
+mod run;
+mod sqlite;
+mod usage;
+
+fn main() {
+    let mut trials = trials!(always;
+        sqlite::every_command_on_a_sqlite_file,
+        sqlite::stats_and_purge_on_a_sqlite_file,
+        usage::help_shows_the_worked_example_and_the_exit_codes,
+        usage::an_unknown_url_scheme_is_bad_usage,
+        sqlite::a_file_that_does_not_exist_is_bad_usage_and_is_not_created,
+        sqlite::a_database_without_the_schema_is_bad_usage_and_gets_none,
+        sqlite::a_file_that_is_not_a_database_fails_and_says_why,
+        usage::bad_arguments_are_bad_usage,
+        usage::text_that_is_no_key_is_bad_usage_and_says_why,
+        postgres::an_unreachable_server_fails_and_says_what_to_check,
+        postgres::a_password_in_the_url_never_reaches_a_message,
+    );
+    trials.extend(trials!(postgres::URL;
+        postgres::every_command_on_postgres,
+        postgres::stats_and_purge_on_postgres,
+        postgres::a_postgres_database_without_the_schema_is_bad_usage_and_gets_none,
+        postgres::a_postgres_schema_newer_than_the_tool_is_refused,
+        postgres::a_key_that_does_not_exist_on_postgres_is_not_found,
+    ));
+    harness::main(trials);
+}

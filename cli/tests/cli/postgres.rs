@@ -1,0 +1,157 @@
+//! The tool on Postgres: every command in a schema of its own, a database
+//! without the schema or with a newer one, and a server it cannot reach.
+
+use idempotent_tools::store::PostgresStore;
+use idempotent_tools::store::postgres::tokio_postgres::{self, NoTls};
+
+use crate::commands::{every_command, stats_and_purge};
+use crate::records::fresh_run;
+use crate::run::cli;
+
+/// Where the Postgres cases find their server.
+pub const URL: &str = "IDEMPOTENT_POSTGRES_URL";
+
+/// A schema of its own on the server, dropped when this is, and a URL whose
+/// `search_path` names it.
+struct Schema {
+    url: String,
+    name: String,
+}
+
+impl Schema {
+    async fn new() -> Schema {
+        let url = std::env::var(URL).expect("the harness runs this only with the URL");
+        let name = format!("idempotent_cli_{}", fresh_run().replace('-', "_"));
+        admin(&url)
+            .await
+            .batch_execute(&format!("CREATE SCHEMA {name}"))
+            .await
+            .expect("create a schema");
+        Schema { url, name }
+    }
+
+    fn url(&self) -> String {
+        let sep = if self.url.contains('?') { '&' } else { '?' };
+        format!("{}{sep}options=-c%20search_path%3D{}", self.url, self.name)
+    }
+
+    async fn store(&self) -> PostgresStore {
+        let store = PostgresStore::builder(&self.url())
+            .connect_lazy()
+            .expect("a store");
+        store.migrate().await.expect("migrate");
+        store
+    }
+
+    async fn tables(&self) -> i64 {
+        admin(&self.url)
+            .await
+            .query_one(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = $1",
+                &[&self.name],
+            )
+            .await
+            .expect("count tables")
+            .get(0)
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        let (url, name) = (self.url.clone(), self.name.clone());
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                let _ = admin(&url)
+                    .await
+                    .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
+                    .await;
+            });
+        });
+        let _ = dropped.join();
+    }
+}
+
+async fn admin(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("Postgres at {URL} must be reachable: {e}"));
+    tokio::spawn(connection);
+    client
+}
+
+pub async fn every_command_on_postgres() {
+    let schema = Schema::new().await;
+    let store = schema.store().await;
+    every_command(&store, &schema.url()).await;
+}
+
+pub async fn stats_and_purge_on_postgres() {
+    let schema = Schema::new().await;
+    let store = schema.store().await;
+    stats_and_purge(&store, &schema.url()).await;
+}
+
+pub async fn a_postgres_database_without_the_schema_is_bad_usage_and_gets_none() {
+    let schema = Schema::new().await;
+    let out = cli(&schema.url(), &["list"]).expect(2);
+    assert!(
+        out.stderr.contains("holds no idempotent-tools schema"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(schema.tables().await, 0, "the tool created tables");
+}
+
+pub async fn a_postgres_schema_newer_than_the_tool_is_refused() {
+    let schema = Schema::new().await;
+    drop(schema.store().await);
+    admin(&schema.url())
+        .await
+        .batch_execute("INSERT INTO idempotent_schema (version) VALUES (99)")
+        .await
+        .expect("a newer version");
+    let out = cli(&schema.url(), &["stats"]).expect(1);
+    assert!(out.stderr.contains("version 99"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("cargo install idempotent-tools-cli"),
+        "{}",
+        out.stderr
+    );
+}
+
+pub async fn a_key_that_does_not_exist_on_postgres_is_not_found() {
+    let schema = Schema::new().await;
+    drop(schema.store().await);
+    let out = cli(&schema.url(), &["show", "no-such-run:refund:1"]).expect(3);
+    assert!(
+        out.stderr
+            .contains("no record under key `no-such-run:refund:1`"),
+        "{}",
+        out.stderr
+    );
+    cli(&schema.url(), &["forget", "--yes", "no-such-run:refund:1"]).expect(3);
+}
+
+pub async fn an_unreachable_server_fails_and_says_what_to_check() {
+    let out = cli("postgres://postgres@127.0.0.1:1/test", &["list"]).expect(1);
+    assert!(
+        out.stderr
+            .contains("could not open the store at `postgres://"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("help: check that the database is up"),
+        "{}",
+        out.stderr
+    );
+}
+
+pub async fn a_password_in_the_url_never_reaches_a_message() {
+    let out = cli("postgres://app:s3cret@127.0.0.1:1/test", &["list"]).expect(1);
+    assert!(!out.stderr.contains("s3cret"), "{}", out.stderr);
+}

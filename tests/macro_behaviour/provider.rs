@@ -1,0 +1,88 @@
+//! The stand-in payment provider the cases count refunds at, and the
+//! tool's error and result.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use idempotent_tools::Error;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, Semaphore};
+
+/// The tools' error: the guard's, or the provider's decline.
+#[derive(Debug, thiserror::Error)]
+pub enum PayError {
+    #[error(transparent)]
+    Idempotency(#[from] Error),
+    #[error("the provider declined")]
+    Declined,
+}
+
+/// A refund the provider made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refund {
+    /// Which provider call made it: 1 for the first.
+    pub provider_call: usize,
+    pub order_id: String,
+    pub usd: u64,
+}
+
+/// A payment provider that counts the refunds it is asked for, and can be
+/// told to hold, fail or panic.
+#[derive(Default)]
+pub struct Provider {
+    calls: AtomicUsize,
+    /// Notified as each call reaches the provider.
+    pub entered: Notify,
+    /// When set, each call waits for a permit before it finishes.
+    gate: Option<Semaphore>,
+    /// The next call is declined.
+    pub fail_next: AtomicBool,
+    /// The next call panics.
+    pub panic_next: AtomicBool,
+}
+
+impl Provider {
+    pub fn new() -> Arc<Provider> {
+        Arc::new(Provider::default())
+    }
+
+    /// A provider that holds each call until [`Provider::open`].
+    pub fn gated() -> Arc<Provider> {
+        Arc::new(Provider {
+            gate: Some(Semaphore::new(0)),
+            ..Provider::default()
+        })
+    }
+
+    /// Lets every held call, and every later one, finish.
+    pub fn open(&self) {
+        if let Some(gate) = &self.gate {
+            gate.add_permits(Semaphore::MAX_PERMITS / 2);
+        }
+    }
+
+    /// How many refunds were asked for.
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// Makes a refund, numbered by the call that made it.
+    pub async fn refund(&self, order_id: String, usd: u64) -> Result<Refund, PayError> {
+        let provider_call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        self.entered.notify_one();
+        if let Some(gate) = &self.gate {
+            let _permit = gate.acquire().await.map_err(|_| PayError::Declined)?;
+        }
+        if self.panic_next.swap(false, Ordering::SeqCst) {
+            panic!("the provider's client panicked");
+        }
+        if self.fail_next.swap(false, Ordering::SeqCst) {
+            return Err(PayError::Declined);
+        }
+        Ok(Refund {
+            provider_call,
+            order_id,
+            usd,
+        })
+    }
+}
