@@ -1,7 +1,9 @@
 //! How the durable stores write time, owner tokens, fences and states into
 //! columns, and read them back.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+#[cfg(feature = "sqlite")]
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::record::Ending;
 use crate::store::{RecordState, StoreError, StoreResult};
@@ -25,6 +27,7 @@ pub(crate) fn from_millis(ms: i64) -> Duration {
 }
 
 /// Milliseconds since the Unix epoch (negative before it).
+#[cfg(feature = "sqlite")]
 pub(crate) fn unix_millis(t: SystemTime) -> i64 {
     match t.duration_since(UNIX_EPOCH) {
         Ok(after) => millis(after),
@@ -33,6 +36,7 @@ pub(crate) fn unix_millis(t: SystemTime) -> i64 {
 }
 
 /// The time a store wrote with [`unix_millis`].
+#[cfg(feature = "sqlite")]
 pub(crate) fn from_unix_millis(ms: i64) -> SystemTime {
     let magnitude = Duration::from_millis(ms.unsigned_abs());
     if ms >= 0 {

@@ -56,7 +56,9 @@ pub(crate) mod wait;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 pub(crate) mod waiters;
 
-pub(crate) use verdict::{Found, Row, RowState};
+pub(crate) use verdict::Found;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use verdict::{Row, RowState};
 
 /// Who holds a claim, as the durable stores check it: the key's digest, the
 /// owner token and the fence. A step changes a row only where all three
