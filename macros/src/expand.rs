@@ -219,23 +219,28 @@ fn tool_identity(input: &Input, def: Span) -> TokenStream {
     }}
 }
 
-/// The call site's policy, as builder calls on `idempotent_tools::Call`.
+/// The call site's store and policy, as builder calls on
+/// `idempotent_tools::Call`. The policy is a `static` of the call site, so a
+/// call holds a reference to it instead of a copy.
 fn call_options(options: &Options, krate: &Krate, def: Span) -> TokenStream {
     let mut out = TokenStream::new();
     if let Some(store) = &options.store {
         out.extend(quote!(.store(#store)));
     }
-    for (method, duration) in [
+    let at_def = krate.at(def);
+    let private = krate.private_at(def);
+    let mut fields = TokenStream::new();
+    for (field, duration) in [
         ("retention", &options.retention),
         ("wait", &options.wait),
         ("lease", &options.lease),
     ] {
         if let Some(duration) = duration {
-            let method = Ident::new(method, def);
+            let field = Ident::new(field, def);
             let millis = duration.millis;
             let at = Span::call_site().located_at(duration.span);
-            out.extend(quote_spanned!(at=>
-                .#method(::core::time::Duration::from_millis(#millis))
+            fields.extend(quote_spanned!(at=>
+                #field: ::core::time::Duration::from_millis(#millis),
             ));
         }
     }
@@ -244,14 +249,23 @@ fn call_options(options: &Options, krate: &Krate, def: Span) -> TokenStream {
             Takeover::Rerun => quote!(Rerun),
             Takeover::ReportUnknown => quote!(ReportUnknown),
         };
-        let krate = krate.at(def);
-        out.extend(quote_spanned!(def=> .takeover(#krate::Takeover::#variant)));
+        fields.extend(quote_spanned!(def=> takeover: #at_def::Takeover::#variant,));
     }
     if let Some(note) = &options.note {
-        out.extend(quote_spanned!(def=> .replay_note(#note)));
+        fields.extend(quote_spanned!(def=> replay_note: #private::note(#note),));
     }
     if let Some(note) = &options.conflict_note {
-        out.extend(quote_spanned!(def=> .conflict_note(#note)));
+        fields.extend(quote_spanned!(def=> conflict_note: #private::note(#note),));
+    }
+    if !fields.is_empty() {
+        let policy = Ident::new("__IDEMPOTENT_POLICY", def);
+        out.extend(quote_spanned!(def=> .static_policy({
+            static #policy: #at_def::Policy = #at_def::Policy {
+                #fields
+                ..#at_def::Policy::DEFAULT
+            };
+            &#policy
+        })));
     }
     out
 }

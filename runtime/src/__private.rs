@@ -11,6 +11,7 @@
 //! traits at the user's return type, argument type or key string, so a wrong
 //! type gets one error that teaches, at the token that caused it.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -127,6 +128,11 @@ impl<T: Serialize + ?Sized> Fingerprinted for T {}
 /// it, so a replay from memory allocates no key.
 pub fn call(tool: impl Into<ToolId>, key: KeyBuilder) -> Result<Call, Error> {
     Ok(Call::pending(tool.into(), key.finish_pending()?))
+}
+
+/// A call site's note, in its `static` policy.
+pub const fn note(text: &'static str) -> Option<Cow<'static, str>> {
+    Some(Cow::Borrowed(text))
 }
 
 /// Appends a literal of the template, which the attribute has proven to

@@ -54,15 +54,32 @@ pub struct Policy {
     pub conflict_note: Option<Cow<'static, str>>,
 }
 
+impl Policy {
+    /// Every default, as a constant: a `static` policy names the fields it
+    /// changes and takes the rest from here.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use idempotent_tools::Policy;
+    ///
+    /// static SHOP: Policy = Policy {
+    ///     wait: Duration::from_secs(60),
+    ///     ..Policy::DEFAULT
+    /// };
+    /// assert_eq!(SHOP.lease, Policy::DEFAULT.lease);
+    /// ```
+    pub const DEFAULT: Policy = Policy {
+        retention: DEFAULT_RETENTION,
+        wait: DEFAULT_WAIT,
+        lease: DEFAULT_LEASE,
+        takeover: Takeover::Rerun,
+        replay_note: None,
+        conflict_note: None,
+    };
+}
+
 impl Default for Policy {
     fn default() -> Self {
-        Policy {
-            retention: DEFAULT_RETENTION,
-            wait: DEFAULT_WAIT,
-            lease: DEFAULT_LEASE,
-            takeover: Takeover::Rerun,
-            replay_note: None,
-            conflict_note: None,
-        }
+        Policy::DEFAULT
     }
 }

@@ -171,7 +171,10 @@ pub async fn a_script_the_server_forgot_is_loaded_again_and_the_step_goes_throug
             Ok(ClaimAnswer::Completed(_))
         ));
         if reloaded {
-            println!("measured: the script was loaded again on try {}", attempt + 1);
+            println!(
+                "measured: the script was loaded again on try {}",
+                attempt + 1
+            );
             break;
         }
     }

@@ -60,7 +60,7 @@ pub struct Call {
     pub(super) key: PendingKey,
     pub(super) tool: ToolId,
     pub(super) fingerprint: Fingerprint,
-    pub(super) policy: Policy,
+    pub(super) policy: CallPolicy,
     pub(super) store: Option<Arc<dyn Store>>,
 }
 
@@ -77,7 +77,7 @@ impl Call {
             key,
             tool,
             fingerprint: Fingerprint::EMPTY,
-            policy: Policy::default(),
+            policy: CallPolicy::fixed(&Policy::DEFAULT),
             store: None,
         }
     }
@@ -127,43 +127,67 @@ impl Call {
     /// # }
     /// ```
     pub fn policy(mut self, policy: Policy) -> Call {
-        self.policy = policy;
+        self.policy = CallPolicy::built(policy);
+        self
+    }
+
+    /// Uses a policy fixed for the life of the program, such as a
+    /// `static`, without copying it into the call: what `#[idempotent]`
+    /// does with a call site's options. Setters called after it change a
+    /// copy, and only their own field.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use idempotent_tools::{Call, Key, Policy};
+    ///
+    /// static SHOP: Policy = Policy {
+    ///     wait: Duration::from_secs(60),
+    ///     ..Policy::DEFAULT
+    /// };
+    /// # fn main() -> Result<(), idempotent_tools::Error> {
+    /// let key = Key::builder().literal("run-1:refund:")?.part("order_id", "A1")?.finish()?;
+    /// let call = Call::new("shop::refund", key).static_policy(&SHOP);
+    /// # let _ = call;
+    /// # Ok(()) }
+    /// ```
+    pub fn static_policy(mut self, policy: &'static Policy) -> Call {
+        self.policy = CallPolicy::fixed(policy);
         self
     }
 
     /// How long the record is kept once finished.
     pub fn retention(mut self, retention: Duration) -> Call {
-        self.policy.retention = retention;
+        self.policy.make_mut().retention = retention;
         self
     }
 
     /// How long a duplicate waits for an in-flight call.
     pub fn wait(mut self, wait: Duration) -> Call {
-        self.policy.wait = wait;
+        self.policy.make_mut().wait = wait;
         self
     }
 
     /// The claim's lease.
     pub fn lease(mut self, lease: Duration) -> Call {
-        self.policy.lease = lease;
+        self.policy.make_mut().lease = lease;
         self
     }
 
     /// What a takeover from a crashed holder does.
     pub fn takeover(mut self, takeover: Takeover) -> Call {
-        self.policy.takeover = takeover;
+        self.policy.make_mut().takeover = takeover;
         self
     }
 
     /// The note a replay carries for the model.
     pub fn replay_note(mut self, note: impl Into<Cow<'static, str>>) -> Call {
-        self.policy.replay_note = Some(note.into());
+        self.policy.make_mut().replay_note = Some(note.into());
         self
     }
 
     /// The note a conflict on arguments carries for the model.
     pub fn conflict_note(mut self, note: impl Into<Cow<'static, str>>) -> Call {
-        self.policy.conflict_note = Some(note.into());
+        self.policy.make_mut().conflict_note = Some(note.into());
         self
     }
 
@@ -229,5 +253,58 @@ impl Call {
         E: From<Error> + Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
     {
         drive(Ok(self), action, Some(ErrorCodec::<E>::recording()))
+    }
+}
+
+/// A call's policy: fixed for the program's life (the attribute's, or the
+/// default), or built for this call. Either way the call holds a reference
+/// and at most a box, so moving a call copies little.
+pub(super) struct CallPolicy {
+    fixed: &'static Policy,
+    built: Option<Box<Policy>>,
+}
+
+impl CallPolicy {
+    fn fixed(policy: &'static Policy) -> CallPolicy {
+        CallPolicy {
+            fixed: policy,
+            built: None,
+        }
+    }
+
+    fn built(policy: Policy) -> CallPolicy {
+        CallPolicy {
+            fixed: &Policy::DEFAULT,
+            built: Some(Box::new(policy)),
+        }
+    }
+
+    /// The policy in force.
+    pub(super) fn get(&self) -> &Policy {
+        self.built.as_deref().unwrap_or(self.fixed)
+    }
+
+    /// The policy, copied out of the fixed one to be changed.
+    fn make_mut(&mut self) -> &mut Policy {
+        let fixed = self.fixed;
+        self.built.get_or_insert_with(|| Box::new(fixed.clone()))
+    }
+
+    /// The note a replay carries: moved out of a built policy, copied from
+    /// a fixed one (a `static`'s notes are borrowed text).
+    pub(super) fn take_replay_note(&mut self) -> Option<Cow<'static, str>> {
+        match &mut self.built {
+            Some(built) => built.replay_note.take(),
+            None => self.fixed.replay_note.clone(),
+        }
+    }
+
+    /// The note a conflict on arguments carries; see
+    /// [`CallPolicy::take_replay_note`].
+    pub(super) fn take_conflict_note(&mut self) -> Option<Cow<'static, str>> {
+        match &mut self.built {
+            Some(built) => built.conflict_note.take(),
+            None => self.fixed.conflict_note.clone(),
+        }
     }
 }

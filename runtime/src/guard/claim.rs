@@ -94,13 +94,13 @@ impl Call {
             key,
             tool: &self.tool,
             fingerprint: self.fingerprint,
-            lease: self.policy.lease,
-            retention: self.policy.retention,
+            lease: self.policy.get().lease,
+            retention: self.policy.get().retention,
         }
     }
 
     fn reports_takeover(&self, held: &Held) -> bool {
-        held.taken_over() && self.policy.takeover == Takeover::ReportUnknown
+        held.taken_over() && self.policy.get().takeover == Takeover::ReportUnknown
     }
 
     /// The claim loop for stores that do I/O, and for duplicates that wait
@@ -148,8 +148,8 @@ impl Call {
                 }
                 Answer::InFlight(woken) => {
                     let deadline =
-                        *deadline.get_or_insert_with(|| Instant::now() + self.policy.wait);
-                    let since = observe::waiting(&self.tool, deadline, self.policy.wait);
+                        *deadline.get_or_insert_with(|| Instant::now() + self.policy.get().wait);
+                    let since = observe::waiting(&self.tool, deadline, self.policy.get().wait);
                     if tokio::time::timeout_at(deadline, woken).await.is_err() {
                         observe::wait_deadline_passed(&self.tool, since);
                         return Begun::Ended(Ended::Failed(Error::InProgress { key }));
@@ -163,27 +163,27 @@ impl Call {
     }
 
     /// A replay, with the note the call site chose.
-    fn replay(self, finished: Finished) -> Begun {
+    fn replay(mut self, finished: Finished) -> Begun {
         observe::found_finished(&self.tool, finished.ending);
         Begun::Ended(Ended::Replay {
             finished,
             note: self
                 .policy
-                .replay_note
+                .take_replay_note()
                 .unwrap_or(Cow::Borrowed(DEFAULT_REPLAY_NOTE)),
             key: self.key,
         })
     }
 
     /// A conflict, with the note the call site chose (or the other tool's).
-    fn conflict(self, reason: ConflictReason, first: Option<Recorded>) -> Begun {
+    fn conflict(mut self, reason: ConflictReason, first: Option<Recorded>) -> Begun {
         observe::conflict(&self.tool, reason);
         Begun::Ended(Ended::Conflict {
             note: match reason {
                 ConflictReason::OtherTool => Cow::Borrowed(OTHER_TOOL_NOTE),
                 _ => self
                     .policy
-                    .conflict_note
+                    .take_conflict_note()
                     .unwrap_or(Cow::Borrowed(DEFAULT_CONFLICT_NOTE)),
             },
             reason,
