@@ -14,7 +14,7 @@ use idempotent_benches::{
 };
 use idempotent_tools::MemoryStore;
 
-use crate::{FIRST_ORDER, timed};
+use crate::{FIRST_ORDER, FLOOR_REFUND, timed};
 
 /// A fresh call: every iteration asks under a key never seen before.
 pub fn fresh(c: &mut Criterion) {
@@ -94,11 +94,7 @@ pub fn fresh(c: &mut Criterion) {
         b.iter_custom(|iters| {
             let map: DashMap<Arc<str>, Refund> = DashMap::new();
             let mut buf = String::with_capacity(64);
-            let value = Refund {
-                id: 1,
-                order_id: 1,
-                usd: 42,
-            };
+            let value = FLOOR_REFUND;
             let elapsed = timed(&rt, iters, async |_| {
                 next_order += 1;
                 let key: Arc<str> =
@@ -122,11 +118,7 @@ pub fn fresh(c: &mut Criterion) {
         b.iter_custom(|iters| {
             let map: DashMap<Arc<str>, Refund> = DashMap::new();
             let mut buf = String::with_capacity(64);
-            let value = Refund {
-                id: 1,
-                order_id: 1,
-                usd: 42,
-            };
+            let value = FLOOR_REFUND;
             let elapsed = timed(&rt, iters, async |_| {
                 next_order += 1;
                 let key: Arc<str> =

@@ -16,11 +16,19 @@ mod tracing_cost;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use idempotent_benches::Refund;
 use tokio::runtime::Runtime;
 
 /// Order ids with the same number of digits throughout a run, so that every
 /// key renders to the same length.
 const FIRST_ORDER: u64 = 10_000_000;
+
+/// The value the floors' maps hold under every key.
+const FLOOR_REFUND: Refund = Refund {
+    id: 1,
+    order_id: 1,
+    usd: 42,
+};
 
 /// Times `iters` sequential awaits of `call` on `rt`.
 fn timed(rt: &Runtime, iters: u64, mut call: impl AsyncFnMut(u64)) -> Duration {

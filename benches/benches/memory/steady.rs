@@ -14,7 +14,7 @@ use idempotent_benches::{
 };
 use idempotent_tools::{MemoryStore, Run, Store};
 
-use crate::{FIRST_ORDER, timed};
+use crate::{FIRST_ORDER, FLOOR_REFUND, timed};
 
 /// How many records the steady-state store holds throughout.
 const STEADY: u64 = 100_000;
@@ -82,11 +82,7 @@ pub fn steady(c: &mut Criterion) {
 
     let map: DashMap<Arc<str>, Refund> = DashMap::new();
     let mut buf = String::with_capacity(64);
-    let value = Refund {
-        id: 1,
-        order_id: 1,
-        usd: 42,
-    };
+    let value = FLOOR_REFUND;
     let mut next_floor = FIRST_ORDER;
     for _ in 0..STEADY {
         next_floor += 1;
