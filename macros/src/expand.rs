@@ -130,18 +130,17 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
     // compiled, so the call appends them unchecked.
     let at_def = krate.at(def);
     let private = krate.private_at(def);
-    let key = plan.parts.iter().fold(
-        quote_spanned!(def=> #at_def::Key::builder()),
-        |key, part| match part {
-            PlanPart::Literal(text) => quote_spanned!(def=> #private::proven_literal(#key, #text)),
-            PlanPart::RunScope => quote_spanned!(def=> #key.run()?),
-            PlanPart::Value { name, value } => {
-                let private = krate.private_at(key_span);
-                let check = quote_spanned!(key_span=> #private::key_part(&#value));
-                quote_spanned!(def=> #key.part(#name, #check)?)
-            }
-        },
-    );
+    // The key is built in place, one statement a part.
+    let key = Ident::new("__idempotent_key", def);
+    let key_steps = plan.parts.iter().map(|part| match part {
+        PlanPart::Literal(text) => quote_spanned!(def=> #private::push_literal(&mut #key, #text);),
+        PlanPart::RunScope => quote_spanned!(def=> #private::push_run(&mut #key)?;),
+        PlanPart::Value { name, value } => {
+            let private_at_key = krate.private_at(key_span);
+            let check = quote_spanned!(key_span=> #private_at_key::key_part(&#value));
+            quote_spanned!(def=> #private::push_part(&mut #key, #name, #check)?;)
+        }
+    });
 
     let fingerprint_steps = params
         .bindings
@@ -179,6 +178,8 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
     quote_spanned! {def=>
         #(#inner_attrs)*
         let #call = (|| -> ::core::result::Result<#krate::Call, #krate::Error> {
+            let mut #key = #krate::Key::builder();
+            #(#key_steps)*
             ::core::result::Result::Ok(
                 #private::call(#tool, #key)?
                     .fingerprint(#krate::Fingerprint::builder() #(#fingerprint_steps)* .finish())

@@ -135,6 +135,26 @@ pub const fn note(text: &'static str) -> Option<Cow<'static, str>> {
     Some(Cow::Borrowed(text))
 }
 
+/// Appends a literal of the template in place; see [`proven_literal`].
+pub fn push_literal(key: &mut KeyBuilder, text: &'static str) {
+    key.push_proven_literal(text);
+}
+
+/// Appends a part of the template in place: what the expansion calls, so
+/// the builder is not moved at every step.
+pub fn push_part<P: KeyPart + ?Sized>(
+    key: &mut KeyBuilder,
+    name: &'static str,
+    part: &P,
+) -> Result<(), Error> {
+    key.push_part(name, part)
+}
+
+/// Appends the run in scope in place.
+pub fn push_run(key: &mut KeyBuilder) -> Result<(), Error> {
+    key.push_run()
+}
+
 /// Appends a literal of the template, which the attribute has proven to
 /// keep the key injective while the crate compiled, so the call does not
 /// check it again.

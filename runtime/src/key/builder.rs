@@ -72,11 +72,16 @@ impl KeyBuilder {
     /// rules [`literal`](KeyBuilder::literal) enforces, while the crate
     /// compiled: no reserved character, and a separator after a part.
     pub(crate) fn proven_literal(mut self, text: &'static str) -> KeyBuilder {
+        self.push_proven_literal(text);
+        self
+    }
+
+    /// [`KeyBuilder::proven_literal`] in place.
+    pub(crate) fn push_proven_literal(&mut self, text: &'static str) {
         if !text.is_empty() {
             self.open_part = false;
         }
         self.buf.push_str(text);
-        self
     }
 
     /// Appends a part: a value's escaped text. `name` says which part failed
@@ -86,6 +91,17 @@ impl KeyBuilder {
         name: &'static str,
         value: &P,
     ) -> Result<KeyBuilder, Error> {
+        self.push_part(name, value)?;
+        Ok(self)
+    }
+
+    /// [`KeyBuilder::part`] in place, as the attribute's expansion builds a
+    /// key: the builder is not moved at every step.
+    pub(crate) fn push_part<P: KeyPart + ?Sized>(
+        &mut self,
+        name: &'static str,
+        value: &P,
+    ) -> Result<(), Error> {
         if self.open_part {
             return Err(KeyError::AdjacentParts { part: name }.into());
         }
@@ -96,16 +112,22 @@ impl KeyBuilder {
         }
         self.parts += 1;
         self.open_part = true;
-        Ok(self)
+        Ok(())
     }
 
     /// Appends the run in scope (see [`Run::scope`](crate::Run::scope)).
     ///
     /// Fails with [`Error::MissingRun`] outside a run scope: a key without
     /// its run would merge the same action from different runs.
-    pub fn run(self) -> Result<KeyBuilder, Error> {
+    pub fn run(mut self) -> Result<KeyBuilder, Error> {
+        self.push_run()?;
+        Ok(self)
+    }
+
+    /// [`KeyBuilder::run`] in place.
+    pub(crate) fn push_run(&mut self) -> Result<(), Error> {
         match Run::current() {
-            Some(run) => self.part("run", &run),
+            Some(run) => self.push_part("run", &run),
             None => Err(Error::MissingRun),
         }
     }
