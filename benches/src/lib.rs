@@ -14,9 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use idempotent_tools::{
-    Call, DEFAULT_RETENTION, Fingerprint, Key, Outcome, Run, Store, idempotent,
-};
+use idempotent_tools::{Call, Fingerprint, Key, Outcome, Run, Store, idempotent};
 use serde::{Deserialize, Serialize};
 
 pub mod durable;
@@ -110,11 +108,20 @@ pub async fn refund_guarded<S: Store>(
     order_id: u64,
     usd: u64,
 ) -> Result<Outcome<Refund>, RefundError> {
-    refund_guarded_for(store, provider, run, order_id, usd, DEFAULT_RETENTION).await
+    let key = refund_key(run, order_id)?;
+    let fingerprint = Fingerprint::builder().arg("usd", &usd)?.finish();
+    Call::new(TOOL, key)
+        .fingerprint(fingerprint)
+        .store(store)
+        .run(refund(provider, order_id, usd))
+        .await
 }
 
 /// [`refund_guarded`], keeping the record for `retention`. A zero retention
 /// lets the store sweep records as fast as they come, so it stays small.
+/// The setter copies the default policy into a box for this call: one more
+/// allocation than [`refund_guarded`], which a `static` policy
+/// ([`Call::static_policy`]) avoids.
 pub async fn refund_guarded_for<S: Store>(
     store: &Arc<S>,
     provider: &Provider,

@@ -98,3 +98,32 @@ fn a_replay_by_hand_allocates_only_the_key_it_was_given() {
     assert_eq!(counts.max, 1, "{counts:?}");
     assert_eq!(provider.refunds(), 1);
 }
+
+#[test]
+fn a_call_site_policy_in_a_static_costs_no_allocation() {
+    use idempotent_tools::{Call, Fingerprint, Policy};
+    static SHOP: Policy = Policy {
+        retention: std::time::Duration::from_secs(3600),
+        ..Policy::DEFAULT
+    };
+    let rt = current_thread();
+    let provider = Provider::new(Network::Instant);
+    let store = Arc::new(MemoryStore::new());
+    let run = bench_run();
+    let counts = allocations_per_call(&rt, 10, CALLS, async |i| {
+        let key = idempotent_benches::refund_key(&run, 10_000 + i).expect("key");
+        let fingerprint = Fingerprint::builder()
+            .arg("usd", &42)
+            .expect("usd")
+            .finish();
+        let outcome = Call::new("benches::refund", key)
+            .fingerprint(fingerprint)
+            .store(&store)
+            .static_policy(&SHOP)
+            .run(refund(&provider, i, 42))
+            .await;
+        assert!(outcome.is_ok_and(|o| o.is_fresh()));
+    });
+    // The key and the record, as with the default policy.
+    assert_eq!(counts.median, 2, "{counts:?}");
+}

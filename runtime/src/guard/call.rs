@@ -156,6 +156,10 @@ impl Call {
     }
 
     /// How long the record is kept once finished.
+    ///
+    /// This setter and the five after it change the call's own copy of its
+    /// policy, made (in a box) the first time one is used. Calls that share
+    /// settings allocate nothing for them with [`Call::static_policy`].
     pub fn retention(mut self, retention: Duration) -> Call {
         self.policy.make_mut().retention = retention;
         self
