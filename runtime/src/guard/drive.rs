@@ -5,6 +5,11 @@
 //! action is pinned in place, and the call is in one state at a time, so
 //! the future a tool awaits is no larger than its action and the largest
 //! state, and moving it (as every `async fn` around it does) copies little.
+//!
+//! The state machine ([`Core`]) sees the action only as a
+//! `Pin<&mut dyn Future>`, so it is compiled once per result and error type,
+//! not once per tool: what each tool instantiates is [`Drive::poll`], one
+//! call.
 
 use std::future::Future;
 use std::mem;
@@ -38,25 +43,48 @@ where
         Ok(call) => observe::call_span(&call.tool, call.key.as_str(), call.store.as_deref()),
         Err(_) => tracing::Span::none(),
     };
-    let drive = Drive {
+    Drive {
         action,
-        state: State::Start(call),
-        errors,
-    };
-    tracing::Instrument::instrument(drive, span)
+        core: Core {
+            state: State::Start(call),
+            errors,
+            span,
+        },
+    }
 }
 
 pin_project_lite::pin_project! {
-    /// A guarded call: the claim ([`Call::begin`]), the action polled under
-    /// its key, and the completion or release.
+    /// A guarded call: the tool's action, and the [`Core`] that claims,
+    /// polls the action under its key, and completes or releases.
     struct Drive<F, T, E> {
         // Declared first, so dropped first: a call dropped while acting
         // stops its action before its claim is released.
         #[pin]
         action: F,
-        state: State<T, E>,
-        errors: Option<ErrorCodec<E>>,
+        core: Core<T, E>,
     }
+}
+
+impl<F, T, E> Future for Drive<F, T, E>
+where
+    F: Future<Output = Result<T, E>>,
+    T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    E: From<Error>,
+{
+    type Output = Result<Outcome<T>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        this.core.poll(this.action, cx)
+    }
+}
+
+/// The claim, the action's polls and the completion of a guarded call, in
+/// its span (see [`observe::call_span`]).
+struct Core<T, E> {
+    state: State<T, E>,
+    errors: Option<ErrorCodec<E>>,
+    span: tracing::Span,
 }
 
 /// Where a guarded call is.
@@ -77,43 +105,49 @@ enum State<T, E> {
     Done,
 }
 
-impl<F, T, E> Future for Drive<F, T, E>
+impl<T, E> Core<T, E>
 where
-    F: Future<Output = Result<T, E>>,
     T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
     E: From<Error>,
 {
-    type Output = Result<Outcome<T>, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
+    fn poll(
+        &mut self,
+        mut action: Pin<&mut dyn Future<Output = Result<T, E>>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Outcome<T>, E>> {
+        let Core {
+            state,
+            errors,
+            span,
+        } = self;
+        let _in_span = span.enter();
         loop {
             // Each state is taken out, and put back if it must wait.
-            let next = match mem::replace(this.state, State::Done) {
+            let next = match mem::replace(state, State::Done) {
                 State::Start(Err(error)) => return Poll::Ready(Err(error.into())),
                 State::Start(Ok(call)) => match call.begin() {
                     Begin::Now(begun) => begun,
                     Begin::Later(claiming) => {
-                        *this.state = State::Claiming(claiming);
+                        *state = State::Claiming(claiming);
                         continue;
                     }
                 },
                 State::Claiming(mut claiming) => match claiming.as_mut().poll(cx) {
                     Poll::Ready(begun) => begun,
                     Poll::Pending => {
-                        *this.state = State::Claiming(claiming);
+                        *state = State::Claiming(claiming);
                         return Poll::Pending;
                     }
                 },
                 State::Acting(acting) => {
-                    let action = this.action.as_mut();
-                    *this.state = match acting.active.poll_as(|| action.poll(cx)) {
+                    let action = action.as_mut();
+                    *state = match acting.active.poll_as(|| action.poll(cx)) {
                         Poll::Pending => State::Acting(acting),
                         Poll::Ready(Ok(value)) => State::Completing(
                             acting.complete(Ending::Ok, Recorded::typed(value.clone())),
                             value,
                         ),
-                        Poll::Ready(Err(err)) => match this.errors {
+                        Poll::Ready(Err(err)) => match errors {
                             Some(codec) => State::RecordingError(
                                 acting.complete(Ending::Err, (codec.record)(&err)),
                                 err,
@@ -121,7 +155,7 @@ where
                             None => State::Releasing(acting.release(), err),
                         },
                     };
-                    if matches!(this.state, State::Acting(_)) {
+                    if matches!(state, State::Acting(_)) {
                         return Poll::Pending;
                     }
                     continue;
@@ -133,7 +167,7 @@ where
                             Poll::Ready(Err(with_result(error, &value).into()))
                         }
                         Poll::Pending => {
-                            *this.state = State::Completing(completing, value);
+                            *state = State::Completing(completing, value);
                             Poll::Pending
                         }
                     };
@@ -143,7 +177,7 @@ where
                         Poll::Ready(Ok(())) => Poll::Ready(Err(err)),
                         Poll::Ready(Err(error)) => Poll::Ready(Err(error.into())),
                         Poll::Pending => {
-                            *this.state = State::RecordingError(completing, err);
+                            *state = State::RecordingError(completing, err);
                             Poll::Pending
                         }
                     };
@@ -152,7 +186,7 @@ where
                     return match Pin::new(&mut releasing).poll(cx) {
                         Poll::Ready(()) => Poll::Ready(Err(err)),
                         Poll::Pending => {
-                            *this.state = State::Releasing(releasing, err);
+                            *state = State::Releasing(releasing, err);
                             Poll::Pending
                         }
                     };
@@ -161,8 +195,8 @@ where
                 State::Done => return Poll::Pending,
             };
             match next {
-                Begun::Act(acting) => *this.state = State::Acting(acting),
-                Begun::Ended(ended) => return Poll::Ready(ended.into_result(this.errors.as_ref())),
+                Begun::Act(acting) => *state = State::Acting(acting),
+                Begun::Ended(ended) => return Poll::Ready(ended.into_result(errors.as_ref())),
             }
         }
     }
