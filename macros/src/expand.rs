@@ -1,12 +1,12 @@
 //! Writes the guarded function.
 //!
 //! Only the body changes. It becomes, in order:
-//! 1. the key, built from the template (`Key::builder()`), each placeholder's
-//!    value checked as a `KeyPart` at the key string;
-//! 2. the fingerprint of every argument that is neither in the key nor free
-//!    text, a call id or context, each checked as `Serialize` at its type;
-//! 3. the call site's options on an `idempotent_tools::Call`;
-//! 4. the original body, as an `async move` block, handed to the guard.
+//! 1. the call, prepared by one runtime function from two tables: the key
+//!    template's pieces, each placeholder's value checked as a `KeyPart` at
+//!    the key string, and every argument that is neither in the key nor
+//!    free text, a call id or context, each checked as `Serialize` at its
+//!    type; with the call site's options as a `static` policy;
+//! 2. the original body, as an `async move` block, handed to the guard.
 //!
 //! If the key cannot be built (no run in scope, an empty value), the tool
 //! returns the error through its own `E` and the body does not run.
@@ -128,17 +128,16 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
     });
     // Literals were proven to keep the key injective while the crate
     // compiled, so the call appends them unchecked.
-    let at_def = krate.at(def);
     let private = krate.private_at(def);
-    // The key is built in place, one statement a part.
-    let key = Ident::new("__idempotent_key", def);
-    let key_steps = plan.parts.iter().map(|part| match part {
-        PlanPart::Literal(text) => quote_spanned!(def=> #private::push_literal(&mut #key, #text);),
-        PlanPart::RunScope => quote_spanned!(def=> #private::push_run(&mut #key)?;),
+    // The key template and the fingerprinted arguments are tables, which
+    // one function compiled in the runtime (`prepare`) turns into the call.
+    let pieces = plan.parts.iter().map(|part| match part {
+        PlanPart::Literal(text) => quote_spanned!(def=> #private::Piece::Literal(#text)),
+        PlanPart::RunScope => quote_spanned!(def=> #private::Piece::Run),
         PlanPart::Value { name, value } => {
             let private_at_key = krate.private_at(key_span);
             let check = quote_spanned!(key_span=> #private_at_key::key_part(&#value));
-            quote_spanned!(def=> #private::push_part(&mut #key, #name, #check)?;)
+            quote_spanned!(def=> #private::Piece::Part(#name, #check))
         }
     });
 
@@ -153,12 +152,12 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
             let ident = &b.ident;
             let private = krate.private_at(at);
             let check = quote_spanned!(at=> #private::fingerprinted(&#ident));
-            quote_spanned!(def=> .arg(#name, #check)?)
+            quote_spanned!(def=> (#name, #check))
         });
 
     let tool = tool_identity(input, def);
 
-    let options = call_options(options, krate, def);
+    let policy = static_policy(options, krate, def);
     // The call that carries every bound on the tool's types is located at
     // its return type, so that a bound that fails is reported there once.
     let at_ret = krate.private_at(ret_span);
@@ -167,25 +166,22 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
     } else {
         quote_spanned!(ret_span=> #at_ret::run::<#ret, _>)
     };
-    let krate = at_def;
     let run = quote_spanned!(ret_span=>
         #at_ret::wrap::<#ret>(#run(#call, async move #block).await)
     );
 
-    // The call is prepared in a statement of its own: the closure's borrows
+    // The call is prepared in a statement of its own: the tables' borrows
     // of the arguments end there, before the body moves them, and nothing
     // of it is held across an `.await`.
+    let mut prepared = quote_spanned!(def=>
+        #private::prepare(#tool, &[#(#pieces),*], &[#(#fingerprint_steps),*], #policy)
+    );
+    if let Some(store) = &input.options.store {
+        prepared = quote!(#private::with_store(#prepared, #store));
+    }
     quote_spanned! {def=>
         #(#inner_attrs)*
-        let #call = (|| -> ::core::result::Result<#krate::Call, #krate::Error> {
-            let mut #key = #krate::Key::builder();
-            #(#key_steps)*
-            ::core::result::Result::Ok(
-                #private::call(#tool, #key)?
-                    .fingerprint(#krate::Fingerprint::builder() #(#fingerprint_steps)* .finish())
-                    #options
-            )
-        })();
+        let #call = #prepared;
         #run
     }
 }
@@ -220,14 +216,9 @@ fn tool_identity(input: &Input, def: Span) -> TokenStream {
     }}
 }
 
-/// The call site's store and policy, as builder calls on
-/// `idempotent_tools::Call`. The policy is a `static` of the call site, so a
-/// call holds a reference to it instead of a copy.
-fn call_options(options: &Options, krate: &Krate, def: Span) -> TokenStream {
-    let mut out = TokenStream::new();
-    if let Some(store) = &options.store {
-        out.extend(quote!(.store(#store)));
-    }
+/// The call site's policy: a `static` of the call site holding its
+/// options, or the default, so a call holds a reference instead of a copy.
+fn static_policy(options: &Options, krate: &Krate, def: Span) -> TokenStream {
     let at_def = krate.at(def);
     let private = krate.private_at(def);
     let mut fields = TokenStream::new();
@@ -258,17 +249,17 @@ fn call_options(options: &Options, krate: &Krate, def: Span) -> TokenStream {
     if let Some(note) = &options.conflict_note {
         fields.extend(quote_spanned!(def=> conflict_note: #private::note(#note),));
     }
-    if !fields.is_empty() {
-        let policy = Ident::new("__IDEMPOTENT_POLICY", def);
-        out.extend(quote_spanned!(def=> .static_policy({
-            static #policy: #at_def::Policy = #at_def::Policy {
-                #fields
-                ..#at_def::Policy::DEFAULT
-            };
-            &#policy
-        })));
+    if fields.is_empty() {
+        return quote_spanned!(def=> &#at_def::Policy::DEFAULT);
     }
-    out
+    let policy = Ident::new("__IDEMPOTENT_POLICY", def);
+    quote_spanned!(def=> {
+        static #policy: #at_def::Policy = #at_def::Policy {
+            #fields
+            ..#at_def::Policy::DEFAULT
+        };
+        &#policy
+    })
 }
 
 /// The tokens with every span set to `span`, so that an obligation that

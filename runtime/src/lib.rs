@@ -76,5 +76,5 @@ pub use tool::ToolId;
 // Versioned with the release, so that `#[idempotent]` from another release
 // fails to compile against this one (see the module's doc).
 #[doc(hidden)]
-#[path = "__private.rs"]
+#[path = "__private/mod.rs"]
 pub mod __private0_1;

@@ -71,12 +71,6 @@ impl KeyBuilder {
     /// Appends literal text the attribute has already checked against the
     /// rules [`literal`](KeyBuilder::literal) enforces, while the crate
     /// compiled: no reserved character, and a separator after a part.
-    pub(crate) fn proven_literal(mut self, text: &'static str) -> KeyBuilder {
-        self.push_proven_literal(text);
-        self
-    }
-
-    /// [`KeyBuilder::proven_literal`] in place.
     pub(crate) fn push_proven_literal(&mut self, text: &'static str) {
         if !text.is_empty() {
             self.open_part = false;
@@ -223,13 +217,11 @@ mod tests {
             .and_then(|b| b.part("b", "2"))
             .and_then(KeyBuilder::finish)
             .unwrap();
-        let proven = Key::builder()
-            .part("a", "1")
-            .unwrap()
-            .proven_literal(":refund:")
-            .part("b", "2")
-            .and_then(KeyBuilder::finish)
-            .unwrap();
+        let mut proven = Key::builder();
+        proven.push_part("a", "1").unwrap();
+        proven.push_proven_literal(":refund:");
+        proven.push_part("b", "2").unwrap();
+        let proven = proven.finish().unwrap();
         assert_eq!(proven, checked);
     }
 

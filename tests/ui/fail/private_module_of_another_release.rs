@@ -8,7 +8,8 @@ extern crate idempotent_tools as released;
 extern crate self as idempotent_tools;
 
 pub use released::{
-    Call, Error, Fingerprint, Key, KeyPart, KeyPartWriter, Outcome, Run, Takeover, idempotent,
+    Call, Error, Fingerprint, Key, KeyPart, KeyPartWriter, Outcome, Policy, Run, Takeover,
+    idempotent,
 };
 
 #[doc(hidden)]

@@ -11,19 +11,15 @@
 //! traits at the user's return type, argument type or key string, so a wrong
 //! type gets one error that teaches, at the token that caused it.
 
-use std::borrow::Cow;
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Mutex, OnceLock, PoisonError};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
 use crate::guard::{self, Call};
-use crate::key::{self, KeyBuilder, KeyPart};
+use crate::key::{self, KeyPart};
 use crate::outcome::{Outcome, ToolOutput};
-use crate::tool::ToolId;
 
 /// The return type of a guarded tool: `Result<O, E>`, where `O` is a
 /// [`ToolOutput`] whose value can be recorded and `E` carries the guard's
@@ -112,6 +108,12 @@ pub trait RecordableError: GuardError + Recordable {}
 
 impl<E: GuardError + Recordable> RecordableError for E {}
 
+mod method_tool;
+mod prepare;
+
+pub use method_tool::{MethodTool, type_identity};
+pub use prepare::{FingerprintArg, Piece, note, prepare, with_store};
+
 /// An argument that is fingerprinted.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be fingerprinted",
@@ -123,143 +125,22 @@ pub trait Fingerprinted: Serialize {}
 
 impl<T: Serialize + ?Sized> Fingerprinted for T {}
 
-/// Prepares a guarded tool's call under the key its template rendered.
-/// The key stays in the buffer it was rendered in until a store must keep
-/// it, so a replay from memory allocates no key.
-pub fn call(tool: impl Into<ToolId>, key: KeyBuilder) -> Result<Call, Error> {
-    Ok(Call::pending(tool.into(), key.finish_pending()?))
-}
-
-/// A call site's note, in its `static` policy.
-pub const fn note(text: &'static str) -> Option<Cow<'static, str>> {
-    Some(Cow::Borrowed(text))
-}
-
-/// Appends a literal of the template in place; see [`proven_literal`].
-pub fn push_literal(key: &mut KeyBuilder, text: &'static str) {
-    key.push_proven_literal(text);
-}
-
-/// Appends a part of the template in place: what the expansion calls, so
-/// the builder is not moved at every step.
-pub fn push_part<P: KeyPart + ?Sized>(
-    key: &mut KeyBuilder,
-    name: &'static str,
-    part: &P,
-) -> Result<(), Error> {
-    key.push_part(name, part)
-}
-
-/// Appends the run in scope in place.
-pub fn push_run(key: &mut KeyBuilder) -> Result<(), Error> {
-    key.push_run()
-}
-
-/// Appends a literal of the template, which the attribute has proven to
-/// keep the key injective while the crate compiled, so the call does not
-/// check it again.
-pub fn proven_literal(key: KeyBuilder, text: &'static str) -> KeyBuilder {
-    key.proven_literal(text)
-}
-
 /// Whether literal text separates the key parts around it: the rule the
 /// attribute's template check must agree with, exposed for its tests.
 pub fn separates(text: &str) -> bool {
     key::separates(text)
 }
 
-/// Checks at the key string that a placeholder's value may enter a key.
-pub fn key_part<P: KeyPart + ?Sized>(part: &P) -> &P {
+/// Checks at the key string that a placeholder's value may enter a key,
+/// and hands it to [`prepare`] as one.
+pub fn key_part<P: KeyPart>(part: &P) -> &dyn KeyPart {
     part
 }
 
-/// Checks at an argument's type that it can be fingerprinted.
-pub fn fingerprinted<T: Fingerprinted + ?Sized>(value: &T) -> &T {
+/// Checks at an argument's type that it can be fingerprinted, and hands
+/// it to [`prepare`] as one.
+pub fn fingerprinted<T: Fingerprinted>(value: &T) -> &dyn FingerprintArg {
     value
-}
-
-/// The default identity of a guarded method: `module::Type::method`.
-///
-/// The attribute sees the method but not its `impl`, so the type is read at
-/// run time from `type_name::<Self>()`. Two types in one module that each
-/// guard a method of one name (every hand-written rig `Tool::call`) then get
-/// two identities. One static per call site caches the identity, so a call
-/// pays a comparison of the type's name; another instance of a generic impl
-/// (`Notify<Email>`, `Notify<Sms>`) is looked up in a table shared by every
-/// site.
-pub struct MethodTool {
-    module: &'static str,
-    method: &'static str,
-    first: OnceLock<(&'static str, &'static str)>,
-}
-
-impl MethodTool {
-    /// The call site of `method` in `module`.
-    pub const fn new(module: &'static str, method: &'static str) -> MethodTool {
-        MethodTool {
-            module,
-            method,
-            first: OnceLock::new(),
-        }
-    }
-
-    /// The identity of this method on the type `self_type`, as
-    /// `type_name::<Self>()` writes it.
-    pub fn get(&self, self_type: &'static str) -> &'static str {
-        let (first_type, first) = *self
-            .first
-            .get_or_init(|| (self_type, self.identity(self_type)));
-        if first_type == self_type {
-            return first;
-        }
-        type Table = Mutex<HashMap<(&'static str, &'static str, &'static str), &'static str>>;
-        static OTHERS: OnceLock<Table> = OnceLock::new();
-        let mut others = OTHERS
-            .get_or_init(Table::default)
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        others
-            .entry((self.module, self.method, self_type))
-            .or_insert_with(|| self.identity(self_type))
-    }
-
-    /// Made once per site and type, and kept for the life of the process.
-    fn identity(&self, self_type: &str) -> &'static str {
-        let id = format!(
-            "{}::{}::{}",
-            self.module,
-            type_identity(self_type),
-            self.method
-        );
-        Box::leak(id.into_boxed_str())
-    }
-}
-
-/// A type's name with every path cut to its last segment:
-/// `Notify<Email>` for `shop::tools::Notify<shop::channels::Email>`.
-///
-/// `type_name` promises no format, and the paths it writes to a type have
-/// changed between compilers; a type's own name and its generic arguments'
-/// names have not. Records outlive deployments, so the identity keeps only
-/// those: moving the type to another module of the crate, or a new
-/// compiler, leaves it as it was.
-pub fn type_identity(type_name: &str) -> String {
-    let mut out = String::with_capacity(type_name.len());
-    // Where the path being written started in `out`.
-    let mut path_start = 0;
-    let mut chars = type_name.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == ':' && chars.peek() == Some(&':') {
-            chars.next();
-            out.truncate(path_start);
-        } else {
-            if !(c.is_alphanumeric() || c == '_') {
-                path_start = out.len() + c.len_utf8();
-            }
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// Runs the body under the guard. `call` is the prepared call, or why it
@@ -321,27 +202,4 @@ where
     F: FnOnce() -> Result<<R::Output as ToolOutput>::Value, R::Error>,
 {
     R::from_result(body().map(|value| ToolOutput::from_outcome(Outcome::Fresh { value })))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_type_identity_keeps_each_name_and_drops_the_paths() {
-        assert_eq!(type_identity("shop::tools::RefundTool"), "RefundTool");
-        assert_eq!(
-            type_identity("shop::Notify<shop::channels::Email, alloc::string::String>"),
-            "Notify<Email, String>"
-        );
-        assert_eq!(type_identity("&mut shop::Tool<'_>"), "&mut Tool<'_>");
-    }
-
-    #[test]
-    fn a_method_site_names_each_self_type_apart() {
-        static SITE: MethodTool = MethodTool::new("shop", "call");
-        assert_eq!(SITE.get("shop::RefundTool"), "shop::RefundTool::call");
-        assert_eq!(SITE.get("shop::CancelTool"), "shop::CancelTool::call");
-        assert_eq!(SITE.get("shop::RefundTool"), "shop::RefundTool::call");
-    }
 }

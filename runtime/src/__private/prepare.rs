@@ -1,0 +1,86 @@
+//! A guarded tool's call, prepared from tables the attribute writes: the
+//! key template's pieces and the fingerprinted arguments, each a trait
+//! object. The preparation is one function compiled once, not a chain of
+//! builder calls and `?`s instantiated for every tool.
+
+use std::borrow::Cow;
+
+use serde::Serialize;
+
+use crate::error::Error;
+use crate::fingerprint::{Fingerprint, FingerprintBuilder};
+use crate::guard::Call;
+use crate::key::{Key, KeyPart};
+use crate::policy::Policy;
+use crate::store::IntoStore;
+
+/// One piece of a key template, in the template's order.
+pub enum Piece<'a> {
+    /// Literal text, which the attribute proved keeps the key injective
+    /// while the crate compiled, so it is not checked again.
+    Literal(&'static str),
+    /// The run in scope (`<run>`).
+    Run,
+    /// A placeholder and its value.
+    Part(&'static str, &'a dyn KeyPart),
+}
+
+/// An argument's part in the fingerprint: any `Serialize` value.
+pub trait FingerprintArg {
+    /// Adds the argument, under its name.
+    fn add_to(&self, name: &str, fingerprint: &mut FingerprintBuilder) -> Result<(), Error>;
+}
+
+impl<T: Serialize + ?Sized> FingerprintArg for T {
+    fn add_to(&self, name: &str, fingerprint: &mut FingerprintBuilder) -> Result<(), Error> {
+        fingerprint.arg(name, self).map(|_| ())
+    }
+}
+
+/// Prepares the call of a guarded tool: its key rendered from `key` into a
+/// reused buffer, allocated only if a store must keep it (a replay from
+/// memory allocates none), its fingerprint from `args`, and the call
+/// site's `static` policy.
+///
+/// # Errors
+///
+/// The key's: an empty part, or no run in scope for `<run>`; or an argument
+/// that does not serialize.
+pub fn prepare(
+    tool: &'static str,
+    key: &[Piece<'_>],
+    args: &[(&'static str, &dyn FingerprintArg)],
+    policy: &'static Policy,
+) -> Result<Call, Error> {
+    let mut builder = Key::builder();
+    for piece in key {
+        match piece {
+            Piece::Literal(text) => builder.push_proven_literal(text),
+            Piece::Run => builder.push_run()?,
+            Piece::Part(name, value) => builder.push_part(name, *value)?,
+        }
+    }
+    let fingerprint = match args {
+        [] => Fingerprint::EMPTY,
+        args => {
+            let mut fingerprint = Fingerprint::builder();
+            for (name, value) in args {
+                value.add_to(name, &mut fingerprint)?;
+            }
+            fingerprint.finish()
+        }
+    };
+    Ok(Call::pending(tool.into(), builder.finish_pending()?)
+        .fingerprint(fingerprint)
+        .static_policy(policy))
+}
+
+/// The call site's `store = ...`, on a prepared call.
+pub fn with_store(call: Result<Call, Error>, store: impl IntoStore) -> Result<Call, Error> {
+    call.map(|call| call.store(store))
+}
+
+/// A call site's note, in its `static` policy.
+pub const fn note(text: &'static str) -> Option<Cow<'static, str>> {
+    Some(Cow::Borrowed(text))
+}
