@@ -96,24 +96,39 @@ pub struct FingerprintBuilder {
 }
 
 impl FingerprintBuilder {
+    // Inlined, so that the fixed-size writes (a name's length, the end
+    // marker) are plain stores rather than calls to `memcpy`.
+    #[inline(always)]
     fn write(&mut self, buf: &[u8]) {
-        if let Some(stream) = &mut self.stream {
-            stream.update(buf);
-        } else if let Some(room) = self.bytes.get_mut(self.len..self.len + buf.len()) {
+        if self.stream.is_none()
+            && let Some(room) = self.bytes.get_mut(self.len..self.len + buf.len())
+        {
             room.copy_from_slice(buf);
             self.len += buf.len();
-        } else {
-            let mut stream = Box::new(Xxh3::new());
-            stream.update(&self.bytes[..self.len]);
-            stream.update(buf);
-            self.stream = Some(stream);
+            return;
         }
+        self.write_long(buf);
+    }
+
+    /// Arguments past [`ONE_PASS`] bytes go to a streaming hasher.
+    #[cold]
+    #[inline(never)]
+    fn write_long(&mut self, buf: &[u8]) {
+        let (bytes, len) = (&self.bytes, self.len);
+        self.stream
+            .get_or_insert_with(|| {
+                let mut stream = Box::new(Xxh3::new());
+                stream.update(&bytes[..len]);
+                stream
+            })
+            .update(buf);
     }
 }
 
 struct HashWriter<'a>(&'a mut FingerprintBuilder);
 
 impl io::Write for HashWriter<'_> {
+    #[inline]
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.0.write(buf);
         Ok(buf.len())
