@@ -39,17 +39,9 @@ where
     T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
     E: From<Error>,
 {
-    let span = match &call {
-        Ok(call) => observe::call_span(&call.tool, call.key.as_str(), call.store.as_deref()),
-        Err(_) => tracing::Span::none(),
-    };
     Drive {
         action,
-        core: Core {
-            state: State::Start(call),
-            errors,
-            span,
-        },
+        core: Core::new(call, errors),
     }
 }
 
@@ -110,6 +102,19 @@ where
     T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
     E: From<Error>,
 {
+    /// A call not polled yet, in its span.
+    fn new(call: Result<Call, Error>, errors: Option<ErrorCodec<E>>) -> Core<T, E> {
+        let span = match &call {
+            Ok(call) => observe::call_span(&call.tool, call.key.as_str(), call.store.as_deref()),
+            Err(_) => tracing::Span::none(),
+        };
+        Core {
+            state: State::Start(call),
+            errors,
+            span,
+        }
+    }
+
     fn poll(
         &mut self,
         mut action: Pin<&mut dyn Future<Output = Result<T, E>>>,
