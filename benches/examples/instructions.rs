@@ -1,0 +1,75 @@
+//! Guarded calls to count instructions of, under `valgrind --tool=callgrind`:
+//! a count does not move with the machine's load, as timings do.
+//!
+//! `instructions <mode> <calls>` fills a memory store with 10,000 records,
+//! then makes `calls` calls of one kind: `fresh` (a new key each call, and
+//! the oldest record forgotten, as the `steady` bench does), `replay` (a
+//! `Copy` result) or `replay_string` (a result that owns a `String`).
+//! `benches/instructions.sh` runs each mode twice and prints the
+//! difference per call, which leaves out the set-up.
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use idempotent_benches::{
+    Network, Provider, bench_run, current_thread, receipt_tool, refund_key, refund_tool,
+};
+use idempotent_tools::{MemoryStore, Store};
+
+/// Records in the store before the calls counted.
+const STEADY: u64 = 10_000;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mode = args.next().unwrap_or_default();
+    let calls: u64 = args.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    let rt = current_thread();
+    let run = bench_run();
+    let provider = Provider::new(Network::Instant);
+    let store = Arc::new(MemoryStore::new());
+    rt.block_on(async {
+        let mut next = 1_000_000;
+        for _ in 0..STEADY {
+            next += 1;
+            let outcome = refund_tool(&store, &provider, &run, next, 42).await;
+            assert!(outcome.is_ok_and(|o| o.is_fresh()));
+        }
+        let outcome = receipt_tool(&store, &provider, &run, 1, 42).await;
+        assert!(outcome.is_ok_and(|o| o.is_fresh()));
+        match mode.as_str() {
+            "fresh" => {
+                for _ in 0..calls {
+                    next += 1;
+                    black_box(
+                        refund_tool(&store, &provider, &run, black_box(next), 42)
+                            .await
+                            .ok(),
+                    );
+                    let oldest = refund_key(&run, next - STEADY).ok();
+                    if let Some(oldest) = oldest {
+                        black_box(store.forget(&oldest).await.ok());
+                    }
+                }
+            }
+            "replay" => {
+                for _ in 0..calls {
+                    black_box(
+                        refund_tool(&store, &provider, &run, black_box(next), 42)
+                            .await
+                            .ok(),
+                    );
+                }
+            }
+            "replay_string" => {
+                for _ in 0..calls {
+                    black_box(
+                        receipt_tool(&store, &provider, &run, black_box(1), 42)
+                            .await
+                            .ok(),
+                    );
+                }
+            }
+            _ => {}
+        }
+    });
+}
