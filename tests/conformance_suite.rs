@@ -7,14 +7,16 @@
 
 mod harness;
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use idempotent_tools::testing::conformance::libtest_mimic::{self, Arguments, Conclusion};
 use idempotent_tools::testing::conformance::{Scope, Suite};
 use idempotent_tools::{
-    Claim, ClaimAnswer, ClaimRequest, Finished, Forget, Key, MemoryStore, Record, RecordCount,
-    RecordPage, RecordQuery, Store, StoreFuture, StoreResult,
+    Claim, ClaimAnswer, ClaimRequest, Fingerprint, Finished, Forget, Key, MemoryStore, Record,
+    RecordCount, RecordPage, RecordQuery, Store, StoreFuture, StoreResult, ToolId,
 };
 
 /// How a store under self-test is made wrong.
@@ -31,12 +33,17 @@ enum Flaw {
     /// Records vanish when their retention runs out, and no purge job
     /// deletes anything: a store that retains by key expiry.
     RetainsByExpiry,
+    /// It answers replays at once by key alone, whatever the tool and the
+    /// arguments asked.
+    ReplaysAnyArguments,
 }
 
 struct Flawed {
     inner: MemoryStore,
     flaw: Flaw,
     keys: AtomicU64,
+    /// What `ReplaysAnyArguments` replays, by key.
+    finished: Mutex<HashMap<String, Finished>>,
 }
 
 fn flawed(flaw: Flaw) -> Suite<Flawed> {
@@ -45,6 +52,7 @@ fn flawed(flaw: Flaw) -> Suite<Flawed> {
             inner: MemoryStore::new(),
             flaw,
             keys: AtomicU64::new(0),
+            finished: Mutex::default(),
         }
     })
     .within_one_process()
@@ -72,7 +80,25 @@ impl Store for Flawed {
     ) -> StoreFuture<'a, StoreResult<()>> {
         match self.flaw {
             Flaw::ForgetsCompletions => self.inner.release(claim),
+            Flaw::ReplaysAnyArguments => {
+                self.finished
+                    .lock()
+                    .expect("finished")
+                    .insert(claim.key.as_str().to_owned(), done.clone());
+                self.inner.complete(claim, done)
+            }
             _ => self.inner.complete(claim, done),
+        }
+    }
+    fn replay_at_once(
+        &self,
+        key: &str,
+        tool: &ToolId,
+        fingerprint: Fingerprint,
+    ) -> Option<Finished> {
+        match self.flaw {
+            Flaw::ReplaysAnyArguments => self.finished.lock().expect("finished").get(key).cloned(),
+            _ => self.inner.replay_at_once(key, tool, fingerprint),
         }
     }
     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
@@ -159,12 +185,21 @@ fn a_store_that_forgets_completions_fails_the_suite() {
     }
 }
 
+fn a_store_that_replays_at_once_whatever_the_arguments_fails_the_suite() {
+    let ran = run_case(
+        flawed(Flaw::ReplaysAnyArguments),
+        "a_replay_answered_at_once_agrees_with_the_claim",
+    );
+    assert_eq!(counts(&ran), (0, 1, 0));
+}
+
 fn the_same_cases_pass_on_a_store_without_the_flaw() {
     for case in [
         "concurrent_identical_calls_act_once",
         "a_repeat_after_completion_replays_the_first_result",
         "recorded_errors_replay_without_acting",
         "a_replay_is_byte_identical_to_the_recorded_json",
+        "a_replay_answered_at_once_agrees_with_the_claim",
     ] {
         let ran = run_case(flawed(Flaw::None), case);
         assert_eq!(counts(&ran), (1, 0, 0), "{case}");
@@ -215,6 +250,7 @@ fn main() {
     harness::main(trials!(plain;
         a_store_that_lets_duplicates_through_fails_the_suite,
         a_store_that_forgets_completions_fails_the_suite,
+        a_store_that_replays_at_once_whatever_the_arguments_fails_the_suite,
         the_same_cases_pass_on_a_store_without_the_flaw,
         a_step_the_store_does_not_offer_is_reported_ignored_not_passed,
         a_store_that_retains_by_expiry_is_checked_for_expiry_instead_of_purges,

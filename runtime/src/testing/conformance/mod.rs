@@ -97,6 +97,7 @@ pub mod kit;
 mod leases;
 pub mod processes;
 mod releases;
+mod replays;
 mod scope;
 mod trial;
 

@@ -19,6 +19,7 @@ use crate::Store;
 pub(super) fn trials<S: Store>(suite: Arc<Suite<S>>) -> Vec<Trial> {
     let mut cases = super::claims::cases();
     cases.extend(super::releases::cases());
+    cases.extend(super::replays::cases());
     cases.extend(super::cancellation::cases());
     cases.extend(super::leases::cases());
     cases.extend(super::durable::cases());
