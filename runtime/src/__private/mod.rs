@@ -132,13 +132,13 @@ pub fn separates(text: &str) -> bool {
 }
 
 /// Checks at the key string that a placeholder's value may enter a key,
-/// and hands it to [`prepare`] as one.
+/// and hands it to [`prepare()`] as one.
 pub fn key_part<P: KeyPart>(part: &P) -> &dyn KeyPart {
     part
 }
 
 /// Checks at an argument's type that it can be fingerprinted, and hands
-/// it to [`prepare`] as one.
+/// it to [`prepare()`] as one.
 pub fn fingerprinted<T: Fingerprinted>(value: &T) -> &dyn FingerprintArg {
     value
 }
