@@ -167,11 +167,13 @@ fn counts(conclusion: &Conclusion) -> (u64, u64, u64) {
 }
 
 fn a_store_that_lets_duplicates_through_fails_the_suite() {
-    let ran = run_case(
-        flawed(Flaw::LetsDuplicatesThrough),
+    for case in [
         "concurrent_identical_calls_act_once",
-    );
-    assert_eq!(counts(&ran), (0, 1, 0));
+        "racing_claims_from_many_connections_check_tool_and_arguments_on_every_path",
+    ] {
+        let ran = run_case(flawed(Flaw::LetsDuplicatesThrough), case);
+        assert_eq!(counts(&ran), (0, 1, 0), "{case}");
+    }
 }
 
 fn a_store_that_forgets_completions_fails_the_suite() {
@@ -200,6 +202,7 @@ fn the_same_cases_pass_on_a_store_without_the_flaw() {
         "recorded_errors_replay_without_acting",
         "a_replay_is_byte_identical_to_the_recorded_json",
         "a_replay_answered_at_once_agrees_with_the_claim",
+        "racing_claims_from_many_connections_check_tool_and_arguments_on_every_path",
     ] {
         let ran = run_case(flawed(Flaw::None), case);
         assert_eq!(counts(&ran), (1, 0, 0), "{case}");
