@@ -12,13 +12,10 @@
 mod harness;
 mod postgres_cases;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::SystemTime;
-
 use idempotent_tools::store::PostgresStore;
 use idempotent_tools::store::postgres::PostgresStoreBuilder;
 use idempotent_tools::store::postgres::tokio_postgres::{self, Config, NoTls};
-use idempotent_tools::testing::conformance::{Scope, Suite};
+use idempotent_tools::testing::conformance::{Scope, Suite, kit};
 
 const URL: &str = "IDEMPOTENT_POSTGRES_URL";
 
@@ -29,17 +26,7 @@ fn url() -> Option<String> {
 }
 
 fn unique_schema() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!(
-        "idempotent_test_{}_{}_{}",
-        std::process::id(),
-        nanos % 1_000_000_000_000,
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("idempotent_test_{}", kit::unique_id())
 }
 
 /// A connection for the test's own statements.

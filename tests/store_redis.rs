@@ -12,12 +12,9 @@
 mod harness;
 mod redis_cases;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::SystemTime;
-
 use idempotent_tools::store::RedisStore;
 use idempotent_tools::store::redis::redis;
-use idempotent_tools::testing::conformance::{Scope, Suite};
+use idempotent_tools::testing::conformance::{Scope, Suite, kit};
 
 const URL: &str = "IDEMPOTENT_REDIS_URL";
 
@@ -27,17 +24,7 @@ fn url() -> Option<String> {
 
 /// A prefix no other run, case or process shares.
 fn unique_prefix() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!(
-        "idempotent-test:{}:{}:{}:",
-        std::process::id(),
-        nanos % 1_000_000_000_000,
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("idempotent-test:{}:", kit::unique_id())
 }
 
 /// A connection for the test's own commands.

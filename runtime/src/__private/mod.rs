@@ -21,6 +21,12 @@ use crate::guard::{self, Call};
 use crate::key::{self, KeyPart};
 use crate::outcome::{Outcome, ToolOutput};
 
+mod method_tool;
+mod prepare;
+
+pub use method_tool::{MethodTool, type_identity};
+pub use prepare::{FingerprintArg, Piece, note, prepare, with_store};
+
 /// The return type of a guarded tool: `Result<O, E>`, where `O` is a
 /// [`ToolOutput`] whose value can be recorded and `E` carries the guard's
 /// errors. Every bound sits on the one impl, so that a tool's type that
@@ -107,12 +113,6 @@ impl<T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static> Recordable
 pub trait RecordableError: GuardError + Recordable {}
 
 impl<E: GuardError + Recordable> RecordableError for E {}
-
-mod method_tool;
-mod prepare;
-
-pub use method_tool::{MethodTool, type_identity};
-pub use prepare::{FingerprintArg, Piece, note, prepare, with_store};
 
 /// An argument that is fingerprinted.
 #[diagnostic::on_unimplemented(

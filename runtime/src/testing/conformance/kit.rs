@@ -112,15 +112,25 @@ pub async fn refunds(provider: &CountingProvider, usd: u64) -> Result<Refunded, 
     Ok(provider.refund("1182", usd))
 }
 
-/// A run id no other case uses, in this process or another.
-pub fn fresh_run() -> Run {
+/// An id no other call returns, in this process or another, nor in an
+/// earlier run of the tests: `<process>_<nanoseconds>_<count>`, letters of
+/// a name in a key, a schema or a Redis prefix alike.
+pub fn unique_id() -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let nanos = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
+        .map(|d| d.as_nanos() % 1_000_000_000_000)
         .unwrap_or_default();
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    Run::new(format!("run-{}-{nanos}-{n}", std::process::id())).expect("a non-empty run id")
+    format!(
+        "{}_{nanos}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A run id no other case uses, in this process or another.
+pub fn fresh_run() -> Run {
+    Run::new(format!("run-{}", unique_id())).expect("a non-empty run id")
 }
 
 /// The key a refund tool builds: `<run>:refund:<order_id>`.

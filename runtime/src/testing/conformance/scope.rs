@@ -1,8 +1,6 @@
 //! What a case tells the factory that makes its store.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::SystemTime;
 
 /// The environment variables that hand a parent's scope to its children.
 const CASE: &str = "IDEMPOTENT_CONFORMANCE_CASE";
@@ -26,18 +24,9 @@ pub struct Scope {
 impl Scope {
     /// A new scope for `case` in `dir`.
     pub(crate) fn new(case: &str, dir: &Path, purge_batch: Option<usize>) -> Scope {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_nanos() % 1_000_000_000_000)
-            .unwrap_or_default();
         Scope {
             case: case.to_owned(),
-            id: format!(
-                "{}_{nanos}_{}",
-                std::process::id(),
-                NEXT.fetch_add(1, Ordering::Relaxed)
-            ),
+            id: super::kit::unique_id(),
             dir: dir.to_owned(),
             purge_batch,
             child: false,
