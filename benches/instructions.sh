@@ -5,6 +5,7 @@
 # move with the machine's load.
 #
 #   bash benches/instructions.sh            # CALLS = 20000
+#   MODES="replay cached_hit" bash benches/instructions.sh
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -22,7 +23,7 @@ count() {
 
 echo "| call | instructions per call |"
 echo "|---|---|"
-for mode in fresh replay replay_string; do
+for mode in ${MODES:-fresh replay replay_string moka_hit cached_hit}; do
   base=$(count "$mode" 0)
   total=$(count "$mode" "$CALLS")
   echo "| $mode | $(((total - base) / CALLS)) |"

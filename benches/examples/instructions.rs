@@ -4,20 +4,41 @@
 //! `instructions <mode> <calls>` fills a memory store with 10,000 records,
 //! then makes `calls` calls of one kind: `fresh` (a new key each call, and
 //! the oldest record forgotten, as the `steady` bench does), `replay` (a
-//! `Copy` result) or `replay_string` (a result that owns a `String`).
+//! `Copy` result) or `replay_string` (a result that owns a `String`); or a
+//! peer's hit on the same refund, for comparison: `moka_hit` (`get_with` on a
+//! `future::Cache`) or `cached_hit` (a `#[cached]` function).
 //! `benches/instructions.sh` runs each mode twice and prints the
 //! difference per call, which leaves out the set-up.
 
 use std::hint::black_box;
 use std::sync::Arc;
 
+use cached::proc_macro::cached;
 use idempotent_benches::{
-    Network, Provider, bench_run, current_thread, receipt_tool, refund_key, refund_tool,
+    Network, Provider, Refund, RefundError, bench_run, current_thread, plain_key, receipt_tool,
+    refund, refund_key, refund_tool,
 };
-use idempotent_tools::{MemoryStore, Store};
+use idempotent_tools::{MemoryStore, Run, Store};
 
 /// Records in the store before the calls counted.
 const STEADY: u64 = 10_000;
+
+/// The refund behind `cached`'s macro, keyed as the guard keys it.
+#[cached(
+    max_size = 10_000,
+    key = "String",
+    convert = r#"{ plain_key(run, order_id) }"#
+)]
+async fn refund_cached(
+    provider: &Provider,
+    run: &Run,
+    order_id: u64,
+    usd: u64,
+) -> Result<Refund, RefundError> {
+    // The run is part of the cache key only.
+    let _ = run;
+    refund(provider, order_id, usd).await
+}
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -67,6 +88,28 @@ fn main() {
                             .await
                             .ok(),
                     );
+                }
+            }
+            "moka_hit" => {
+                let cache: moka::future::Cache<String, Refund> = moka::future::Cache::new(10_000);
+                black_box(
+                    cache
+                        .get_with(plain_key(&run, 1), provider.refund(1, 42))
+                        .await,
+                );
+                for _ in 0..calls {
+                    let order_id = black_box(1);
+                    black_box(
+                        cache
+                            .get_with(plain_key(&run, order_id), provider.refund(order_id, 42))
+                            .await,
+                    );
+                }
+            }
+            "cached_hit" => {
+                black_box(refund_cached(&provider, &run, 1, 42).await.ok());
+                for _ in 0..calls {
+                    black_box(refund_cached(&provider, &run, black_box(1), 42).await.ok());
                 }
             }
             _ => {}

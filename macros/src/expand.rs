@@ -173,12 +173,13 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
     // The call is prepared in a statement of its own: the tables' borrows
     // of the arguments end there, before the body moves them, and nothing
     // of it is held across an `.await`.
-    let mut prepared = quote_spanned!(def=>
-        #private::prepare(#tool, &[#(#pieces),*], &[#(#fingerprint_steps),*], #policy)
+    let store = match &input.options.store {
+        Some(store) => quote!(#private::store(#store)),
+        None => quote_spanned!(def=> ::core::option::Option::None),
+    };
+    let prepared = quote_spanned!(def=>
+        #private::prepare(#tool, &[#(#pieces),*], &[#(#fingerprint_steps),*], #policy, #store)
     );
-    if let Some(store) = &input.options.store {
-        prepared = quote!(#private::with_store(#prepared, #store));
-    }
     quote_spanned! {def=>
         #(#inner_attrs)*
         let #call = #prepared;

@@ -25,7 +25,7 @@ mod method_tool;
 mod prepare;
 
 pub use method_tool::{MethodTool, type_identity};
-pub use prepare::{FingerprintArg, Piece, note, prepare, with_store};
+pub use prepare::{FingerprintArg, Piece, note, prepare, store};
 
 /// The return type of a guarded tool: `Result<O, E>`, where `O` is a
 /// [`ToolOutput`] whose value can be recorded and `E` carries the guard's

@@ -4,6 +4,7 @@
 //! builder calls and `?`s instantiated for every tool.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -12,7 +13,7 @@ use crate::fingerprint::{Fingerprint, FingerprintBuilder};
 use crate::guard::Call;
 use crate::key::{Key, KeyPart};
 use crate::policy::Policy;
-use crate::store::IntoStore;
+use crate::store::{IntoStore, Store};
 
 /// One piece of a key template, in the template's order.
 pub enum Piece<'a> {
@@ -39,8 +40,9 @@ impl<T: Serialize + ?Sized> FingerprintArg for T {
 
 /// Prepares the call of a guarded tool: its key rendered from `key` into a
 /// reused buffer, allocated only if a store must keep it (a replay from
-/// memory allocates none), its fingerprint from `args`, and the call
-/// site's `static` policy.
+/// memory allocates none), its fingerprint from `args`, the call site's
+/// `static` policy, and its store (`store = ...`, see [`store`]), if it
+/// names one.
 ///
 /// # Errors
 ///
@@ -51,6 +53,7 @@ pub fn prepare(
     key: &[Piece<'_>],
     args: &[(&'static str, &dyn FingerprintArg)],
     policy: &'static Policy,
+    store: Option<Arc<dyn Store>>,
 ) -> Result<Call, Error> {
     let mut builder = Key::builder();
     for piece in key {
@@ -70,14 +73,18 @@ pub fn prepare(
             fingerprint.finish()
         }
     };
-    Ok(Call::pending(tool.into(), builder.finish_pending()?)
-        .fingerprint(fingerprint)
-        .static_policy(policy))
+    Ok(Call::prepared(
+        tool.into(),
+        builder.finish_pending()?,
+        fingerprint,
+        policy,
+        store,
+    ))
 }
 
-/// The call site's `store = ...`, on a prepared call.
-pub fn with_store(call: Result<Call, Error>, store: impl IntoStore) -> Result<Call, Error> {
-    call.map(|call| call.store(store))
+/// The call site's `store = ...`, for [`prepare()`].
+pub fn store(store: impl IntoStore) -> Option<Arc<dyn Store>> {
+    Some(store.into_store())
 }
 
 /// A call site's note, in its `static` policy.

@@ -82,6 +82,24 @@ impl Call {
         }
     }
 
+    /// A call as the attribute prepares it, whole, so that it is built in
+    /// place rather than through a chain of setters.
+    pub(crate) fn prepared(
+        tool: ToolId,
+        key: PendingKey,
+        fingerprint: Fingerprint,
+        policy: &'static Policy,
+        store: Option<Arc<dyn Store>>,
+    ) -> Call {
+        Call {
+            key,
+            tool,
+            fingerprint,
+            policy: CallPolicy::fixed(policy),
+            store,
+        }
+    }
+
     /// The arguments beyond the key. A different fingerprint under the same
     /// key is a conflict.
     pub fn fingerprint(mut self, fingerprint: Fingerprint) -> Call {

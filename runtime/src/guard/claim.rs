@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::future::Future;
+use std::mem;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -19,6 +20,7 @@ use crate::outcome::{
 use crate::policy::Takeover;
 use crate::record::{Ending, Finished, Recorded};
 use crate::store::{Store, StoreResult, default_store};
+use crate::tool::ToolId;
 
 use super::acting::Acting;
 use super::active;
@@ -31,59 +33,88 @@ impl Call {
     /// tool's in it, so it is compiled once for every tool. A store that
     /// answers at once is answered here, with no future at all; a store
     /// that does I/O, or a duplicate that must wait, gets one boxed future.
-    pub(super) fn begin(mut self) -> Begin {
+    ///
+    /// A repeat of a finished call that the store answers at once is lent
+    /// to `replay`, which reads the tool's result out of the record where
+    /// it lies; the call then ends as [`Ended::ReplayedAtOnce`].
+    ///
+    /// The call is worked on in place, so that a replay never moves it;
+    /// what is left of it afterwards is only to be dropped.
+    pub(super) fn begin(&mut self, replay: &mut dyn FnMut(&Finished)) -> Begin {
         if active::is_acting(self.key.as_str()) {
             return Begin::Now(Begun::Ended(Ended::Failed(Error::Reentrant {
-                key: self.key.into_key(),
+                key: mem::take(&mut self.key).into_key(),
             })));
         }
-        let store = match &self.store {
-            Some(store) => Arc::clone(store),
-            None => default_store(),
+        // Borrowed, not cloned: a replay from memory touches no reference
+        // count. Only the paths that outlive this call take a handle.
+        let (given, default);
+        given = self.store.take();
+        let store = match &given {
+            Some(store) => store,
+            None => {
+                default = default_store();
+                &default
+            }
         };
         if !store.answers_at_once() {
-            return Begin::Later(Box::pin(self.claiming(store, None)));
+            let store = Arc::clone(store);
+            return Begin::Later(Box::pin(self.take().claiming(store, None)));
         }
         // A repeat of a finished call is found by the key's text, so its
         // key is never made a shared value; any other call claims the key.
         enum Probed {
-            Replay(Finished),
+            Replayed(Ending),
             Claimed(Key, Option<StoreResult<Answer>>),
         }
-        let probed = observe::timed_now(&*store, "claim", || {
-            if let Some(finished) =
-                store.replay_at_once(self.key.as_str(), &self.tool, self.fingerprint)
-            {
-                return Probed::Replay(finished);
+        let probed = observe::timed_now(&**store, "claim", || {
+            let mut lent = None;
+            store.replay_at_once(
+                self.key.as_str(),
+                &self.tool,
+                self.fingerprint,
+                &mut |finished| {
+                    if lent.is_none() {
+                        lent = Some(finished.ending);
+                        replay(finished);
+                    }
+                },
+            );
+            if let Some(ending) = lent {
+                return Probed::Replayed(ending);
             }
             let key = self.key.share().clone();
-            let ready = held::claim(&store, self.asked(&key)).into_ready().ok();
+            let ready = held::claim(store, self.asked(&key)).into_ready().ok();
             Probed::Claimed(key, ready)
         });
         let (key, ready) = match probed {
-            Probed::Replay(finished) => return Begin::Now(self.replay(finished)),
+            Probed::Replayed(ending) => {
+                observe::found_finished(&self.tool, ending);
+                let (key, note) = self.replay_parts();
+                return Begin::Now(Begun::Ended(Ended::ReplayedAtOnce { key, note }));
+            }
             Probed::Claimed(key, ready) => (key, ready),
         };
+        let this = self.take();
         // A store that said it answers at once, and did not, is asked again
         // the long way.
         let Some(answer) = ready else {
-            return Begin::Later(Box::pin(self.claiming(store, None)));
+            let store = Arc::clone(store);
+            return Begin::Later(Box::pin(this.claiming(store, None)));
         };
         match answer {
-            Ok(Answer::Claimed(held)) if !self.reports_takeover(&held) => {
-                observe::claimed(&self.tool, held.fence(), held.taken_over());
-                Begin::Now(Begun::Act(Acting::new(key, self.tool, held)))
+            Ok(Answer::Claimed(held)) if !this.reports_takeover(&held) => {
+                observe::claimed(&this.tool, held.fence(), held.taken_over());
+                Begin::Now(Begun::Act(Acting::new(key, this.tool, held)))
             }
-            Ok(Answer::Claimed(held)) => {
-                Begin::Later(Box::pin(self.claiming(store, Some(Answer::Claimed(held)))))
+            Ok(answer @ (Answer::Claimed(_) | Answer::InFlight(_))) => {
+                let store = Arc::clone(store);
+                Begin::Later(Box::pin(this.claiming(store, Some(answer))))
             }
-            Ok(Answer::InFlight(wait)) => {
-                Begin::Later(Box::pin(self.claiming(store, Some(Answer::InFlight(wait)))))
-            }
-            Ok(Answer::Completed(finished)) => Begin::Now(self.replay(finished)),
-            Ok(Answer::Conflict { reason, first }) => Begin::Now(self.conflict(reason, first)),
+            Ok(Answer::Completed(finished)) => Begin::Now(this.replay(finished)),
+            Ok(Answer::Conflict { reason, first }) => Begin::Now(this.conflict(reason, first)),
             Err(cause) => {
-                let cause = observe::store_failed(&self.tool, &*store, "claim", cause);
+                let cause = observe::store_failed(&this.tool, &**store, "claim", cause);
                 Begin::Now(Begun::Ended(Ended::Failed(cause)))
             }
         }
@@ -165,14 +196,26 @@ impl Call {
     /// A replay, with the note the call site chose.
     fn replay(mut self, finished: Finished) -> Begun {
         observe::found_finished(&self.tool, finished.ending);
+        let (key, note) = self.replay_parts();
         Begun::Ended(Ended::Replay {
             finished,
-            note: self
-                .policy
-                .take_replay_note()
-                .unwrap_or(Cow::Borrowed(DEFAULT_REPLAY_NOTE)),
-            key: self.key,
+            note,
+            key,
         })
+    }
+
+    /// The key, and the note the call site chose for a replay, taken out.
+    fn replay_parts(&mut self) -> (PendingKey, Cow<'static, str>) {
+        let note = self
+            .policy
+            .take_replay_note()
+            .unwrap_or(Cow::Borrowed(DEFAULT_REPLAY_NOTE));
+        (mem::take(&mut self.key), note)
+    }
+
+    /// Takes the call out, leaving an empty one that is only dropped.
+    fn take(&mut self) -> Call {
+        mem::replace(self, Call::pending(ToolId::new(""), PendingKey::default()))
     }
 
     /// A conflict, with the note the call site chose (or the other tool's).
@@ -211,6 +254,12 @@ pub(super) enum Ended {
         finished: Finished,
         note: Cow<'static, str>,
     },
+    /// A replay the store answered at once, whose result the caller's
+    /// `replay` already read out of the record.
+    ReplayedAtOnce {
+        key: PendingKey,
+        note: Cow<'static, str>,
+    },
     Conflict {
         reason: ConflictReason,
         first: Option<Recorded>,
@@ -219,8 +268,67 @@ pub(super) enum Ended {
     Failed(Error),
 }
 
+/// A finished action's record, read as the tool's types.
+pub(super) enum Replayed<T, E> {
+    Value(T),
+    Error(E),
+    Unknown,
+    Unreadable(Error),
+}
+
+impl<T, E> Replayed<T, E>
+where
+    T: DeserializeOwned + Clone + 'static,
+    E: From<Error>,
+{
+    /// Reads the record: its value as `T`, or its recorded error as `E` if
+    /// this call site records errors.
+    pub(super) fn read(finished: &Finished, errors: Option<&ErrorCodec<E>>) -> Replayed<T, E> {
+        match finished.ending {
+            Ending::Ok => match finished.value.decode::<T>() {
+                Ok(value) => Replayed::Value(value),
+                Err(error) => Replayed::Unreadable(error),
+            },
+            Ending::Err => match errors {
+                Some(codec) => match (codec.replay)(&finished.value) {
+                    Ok(error) => Replayed::Error(error),
+                    Err(error) => Replayed::Unreadable(error),
+                },
+                // Another call site of this tool records errors; this one
+                // cannot read them, and must not act again.
+                None => Replayed::Unknown,
+            },
+            Ending::Unknown => Replayed::Unknown,
+        }
+    }
+
+    /// The tool's result: the replayed value with its note, or the
+    /// recorded error.
+    pub(super) fn into_result(
+        self,
+        key: PendingKey,
+        note: Cow<'static, str>,
+    ) -> Result<Outcome<T>, E> {
+        match self {
+            Replayed::Value(value) => Ok(Outcome::Replay { value, note }),
+            Replayed::Error(error) => Err(error),
+            Replayed::Unknown => Err(Error::UnknownOutcome {
+                key: key.into_key(),
+            }
+            .into()),
+            Replayed::Unreadable(error) => Err(error.into()),
+        }
+    }
+}
+
 impl Ended {
-    pub(super) fn into_result<T, E>(self, errors: Option<&ErrorCodec<E>>) -> Result<Outcome<T>, E>
+    /// The call's result. `replayed` is what the caller's `replay` read, for
+    /// [`Ended::ReplayedAtOnce`].
+    pub(super) fn into_result<T, E>(
+        self,
+        errors: Option<&ErrorCodec<E>>,
+        replayed: Option<Replayed<T, E>>,
+    ) -> Result<Outcome<T>, E>
     where
         T: DeserializeOwned + Clone + 'static,
         E: From<Error>,
@@ -230,25 +338,12 @@ impl Ended {
                 key,
                 finished,
                 note,
-            } => match finished.ending {
-                Ending::Ok => Ok(Outcome::Replay {
-                    value: finished.value.decode::<T>()?,
-                    note,
-                }),
-                Ending::Err => match errors {
-                    Some(codec) => Err((codec.replay)(&finished.value)?),
-                    // Another call site of this tool records errors; this
-                    // one cannot read them, and must not act again.
-                    None => Err(Error::UnknownOutcome {
-                        key: key.into_key(),
-                    }
-                    .into()),
-                },
-                Ending::Unknown => Err(Error::UnknownOutcome {
-                    key: key.into_key(),
-                }
-                .into()),
-            },
+            } => Replayed::read(&finished, errors).into_result(key, note),
+            // The store lent the record to `replay` before the call ended
+            // so; without a reading, nothing says what the first call did.
+            Ended::ReplayedAtOnce { key, note } => {
+                replayed.unwrap_or(Replayed::Unknown).into_result(key, note)
+            }
             Ended::Conflict {
                 reason,
                 first,

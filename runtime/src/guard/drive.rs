@@ -26,7 +26,7 @@ use crate::record::{Ending, Recorded};
 
 use super::acting::{Acting, Completing, Releasing};
 use super::call::Call;
-use super::claim::{Begin, Begun};
+use super::claim::{Begin, Begun, Replayed};
 
 /// Runs the call in its span (see [`observe::call_span`]).
 pub(crate) fn drive<T, E, F>(
@@ -126,17 +126,34 @@ where
             span,
         } = self;
         let _in_span = span.enter();
+        // What a store that answers at once lent the claim, read as `T`.
+        let mut replayed = None;
+        let replayed = &mut replayed;
         loop {
             // Each state is taken out, and put back if it must wait.
+            // A call not started is begun in place, not moved out: a
+            // replay from memory then ends without moving it at all.
+            if let State::Start(Ok(call)) = state {
+                let begun = call.begin(&mut |finished| {
+                    *replayed = Some(Replayed::read(finished, errors.as_ref()));
+                });
+                match begun {
+                    Begin::Now(Begun::Act(acting)) => *state = State::Acting(acting),
+                    Begin::Now(Begun::Ended(ended)) => {
+                        *state = State::Done;
+                        return Poll::Ready(ended.into_result(errors.as_ref(), replayed.take()));
+                    }
+                    Begin::Later(claiming) => *state = State::Claiming(claiming),
+                }
+                continue;
+            }
             let next = match mem::replace(state, State::Done) {
                 State::Start(Err(error)) => return Poll::Ready(Err(error.into())),
-                State::Start(Ok(call)) => match call.begin() {
-                    Begin::Now(begun) => begun,
-                    Begin::Later(claiming) => {
-                        *state = State::Claiming(claiming);
-                        continue;
-                    }
-                },
+                // Begun in place, above.
+                start @ State::Start(Ok(_)) => {
+                    *state = start;
+                    continue;
+                }
                 State::Claiming(mut claiming) => match claiming.as_mut().poll(cx) {
                     Poll::Ready(begun) => begun,
                     Poll::Pending => {
@@ -201,7 +218,9 @@ where
             };
             match next {
                 Begun::Act(acting) => *state = State::Acting(acting),
-                Begun::Ended(ended) => return Poll::Ready(ended.into_result(errors.as_ref())),
+                Begun::Ended(ended) => {
+                    return Poll::Ready(ended.into_result(errors.as_ref(), replayed.take()));
+                }
             }
         }
     }

@@ -5,7 +5,9 @@
 use super::Key;
 use super::builder;
 
-/// A key rendered for one call, shared on demand.
+/// A key rendered for one call, shared on demand. The default is empty: what
+/// is left where a key was taken out.
+#[derive(Default)]
 pub(crate) struct PendingKey {
     /// The rendered text; empty once the key is shared, or when the call
     /// was given a shared key.

@@ -307,23 +307,27 @@ pub trait Store: Send + Sync + 'static {
         false
     }
 
-    /// The record of `key`'s finished action, if [`Store::claim`] would
-    /// answer [`ClaimAnswer::Completed`] with it for this tool and
-    /// fingerprint: a replay answered from memory, by the key's text.
+    /// Hands `replay` the record of `key`'s finished action, if
+    /// [`Store::claim`] would answer [`ClaimAnswer::Completed`] with it for
+    /// this tool and fingerprint: a replay answered from memory, by the
+    /// key's text.
     ///
     /// A store that [answers at once](Store::answers_at_once) is asked this
     /// before the claim, so that a repeat of a finished call never makes
-    /// its key a shared value, and allocates nothing but the clone of the
-    /// result. `None` is always a correct answer (the default): the guard
-    /// then claims as usual.
+    /// its key a shared value. The record is lent, not returned, so the
+    /// guard reads the result out of it where it lies (the memory store
+    /// calls `replay` under its shard's read lock) and a replay allocates
+    /// nothing but the clone of the result. Not calling `replay` is always
+    /// a correct answer (the default): the guard then claims as usual. A
+    /// store calls it at most once.
     fn replay_at_once(
         &self,
         key: &str,
         tool: &ToolId,
         fingerprint: Fingerprint,
-    ) -> Option<Finished> {
-        let _ = (key, tool, fingerprint);
-        None
+        replay: &mut dyn FnMut(&Finished),
+    ) {
+        let _ = (key, tool, fingerprint, replay);
     }
 
     /// How often the guard renews a held claim's lease while its action runs,

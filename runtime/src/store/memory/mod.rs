@@ -199,8 +199,9 @@ impl Store for MemoryStore {
         key: &str,
         tool: &ToolId,
         fingerprint: Fingerprint,
-    ) -> Option<Finished> {
-        self.inner.replay_now(key, tool, fingerprint)
+        replay: &mut dyn FnMut(&Finished),
+    ) {
+        self.inner.replay_now(key, tool, fingerprint, replay);
     }
 
     fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {

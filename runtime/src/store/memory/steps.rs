@@ -37,23 +37,24 @@ impl Inner {
 
     /// Answers a replay by the key's text under the shard's read lock, so
     /// that concurrent repeats of a finished action do not queue behind
-    /// each other, and no key is allocated to ask.
+    /// each other: no key is allocated to ask, and the record is lent to
+    /// `replay` where it lies, not cloned out.
     pub(super) fn replay_now(
         &self,
         key: &str,
         tool: &ToolId,
         fingerprint: Fingerprint,
-    ) -> Option<Finished> {
-        let slot = self.slots.get(key)?;
-        match &*slot {
-            Slot::Done(done)
-                if done.tool == *tool
-                    && done.fingerprint == fingerprint
-                    && done.expires_at > Instant::now() =>
-            {
-                Some(done.finished.clone())
-            }
-            _ => None,
+        replay: &mut dyn FnMut(&Finished),
+    ) {
+        let Some(slot) = self.slots.get(key) else {
+            return;
+        };
+        if let Slot::Done(done) = &*slot
+            && done.tool == *tool
+            && done.fingerprint == fingerprint
+            && done.expires_at > Instant::now()
+        {
+            replay(&done.finished);
         }
     }
 

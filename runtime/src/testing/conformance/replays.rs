@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::case::{Case, case};
 use super::kit::{TOOL, claimed, finished, fresh_run, refund_key, request, usd};
 use crate::store::ClaimAnswer;
-use crate::{Store, ToolId};
+use crate::{Finished, Store, ToolId};
 
 pub(super) fn cases() -> Vec<Case> {
     vec![case!(a_replay_answered_at_once_agrees_with_the_claim, [])]
@@ -18,7 +18,7 @@ async fn a_replay_answered_at_once_agrees_with_the_claim(store: Arc<dyn Store>) 
     let run = fresh_run();
     let key = refund_key(&run, "1182");
     let at_once =
-        |tool: &ToolId, amount: u64| store.replay_at_once(key.as_str(), tool, usd(amount));
+        |tool: &ToolId, amount: u64| replayed_at_once(&*store, key.as_str(), tool, amount);
     assert!(at_once(&TOOL, 42).is_none(), "nothing was asked yet");
 
     let claim = claimed(&*store, request(&key, Duration::from_secs(30))).await;
@@ -65,9 +65,22 @@ async fn a_replay_answered_at_once_agrees_with_the_claim(store: Arc<dyn Store>) 
         .await
         .expect("complete");
     assert!(
-        store
-            .replay_at_once(gone.as_str(), &TOOL, usd(42))
-            .is_none(),
+        replayed_at_once(&*store, gone.as_str(), &TOOL, 42).is_none(),
         "a record past its retention is not replayed"
     );
+}
+
+/// What the store lends [`Store::replay_at_once`]'s visitor, cloned, and
+/// checked to be lent at most once.
+fn replayed_at_once(store: &dyn Store, key: &str, tool: &ToolId, amount: u64) -> Option<Finished> {
+    let mut lent = Vec::new();
+    store.replay_at_once(key, tool, usd(amount), &mut |finished| {
+        lent.push(finished.clone());
+    });
+    assert!(
+        lent.len() <= 1,
+        "a record is lent at most once, not {} times",
+        lent.len()
+    );
+    lent.pop()
 }
