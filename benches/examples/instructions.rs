@@ -6,7 +6,9 @@
 //! the oldest record forgotten, as the `steady` bench does), `replay` (a
 //! `Copy` result) or `replay_string` (a result that owns a `String`); or a
 //! peer's hit on the same refund, for comparison: `moka_hit` (`get_with` on a
-//! `future::Cache`) or `cached_hit` (a `#[cached]` function).
+//! `future::Cache`), `cached_hit` (a `#[cached]` function) or
+//! `cached_hit_string` (the same, returning the receipt that owns a
+//! `String`).
 //! `benches/instructions.sh` runs each mode twice and prints the
 //! difference per call, which leaves out the set-up.
 
@@ -15,8 +17,8 @@ use std::sync::Arc;
 
 use cached::proc_macro::cached;
 use idempotent_benches::{
-    Network, Provider, Refund, RefundError, bench_run, current_thread, plain_key, receipt_tool,
-    refund, refund_key, refund_tool,
+    Network, Provider, Receipt, Refund, RefundError, bench_run, current_thread, plain_key,
+    receipt_tool, refund, refund_key, refund_tool,
 };
 use idempotent_tools::{MemoryStore, Run, Store};
 
@@ -38,6 +40,22 @@ async fn refund_cached(
     // The run is part of the cache key only.
     let _ = run;
     refund(provider, order_id, usd).await
+}
+
+/// The receipt behind `cached`'s macro.
+#[cached(
+    max_size = 10_000,
+    key = "String",
+    convert = r#"{ plain_key(run, order_id) }"#
+)]
+async fn receipt_cached(
+    provider: &Provider,
+    run: &Run,
+    order_id: u64,
+    usd: u64,
+) -> Result<Receipt, RefundError> {
+    let _ = run;
+    Ok(provider.receipt(order_id, usd).await)
 }
 
 fn main() {
@@ -110,6 +128,12 @@ fn main() {
                 black_box(refund_cached(&provider, &run, 1, 42).await.ok());
                 for _ in 0..calls {
                     black_box(refund_cached(&provider, &run, black_box(1), 42).await.ok());
+                }
+            }
+            "cached_hit_string" => {
+                black_box(receipt_cached(&provider, &run, 1, 42).await.ok());
+                for _ in 0..calls {
+                    black_box(receipt_cached(&provider, &run, black_box(1), 42).await.ok());
                 }
             }
             _ => {}
