@@ -35,7 +35,8 @@ pub enum CliError {
     /// `--store` is empty.
     #[error("no store given")]
     NoStore,
-    /// `--store` has a scheme other than `postgres://` or `sqlite://`.
+    /// `--store` has a scheme other than `postgres://`, `redis://` or
+    /// `sqlite://`.
     #[error("unknown store URL scheme `{scheme}://`")]
     UnknownScheme {
         /// The scheme given.
@@ -52,6 +53,15 @@ pub enum CliError {
         /// What the parser said.
         #[source]
         source: tokio_postgres::Error,
+    },
+    /// `--store` is not a URL a Redis client reads.
+    #[error("`{url}` is not a valid Redis URL")]
+    BadRedisUrl {
+        /// The URL, without its password.
+        url: String,
+        /// What the parser said.
+        #[source]
+        source: url::ParseError,
     },
     /// The database holds none of this library's schema.
     #[error("the database at `{store}` holds no idempotent-tools schema")]
@@ -122,6 +132,7 @@ impl CliError {
             | CliError::UnknownScheme { .. }
             | CliError::NoFile(_)
             | CliError::BadUrl { .. }
+            | CliError::BadRedisUrl { .. }
             | CliError::MissingSchema { .. }
             | CliError::AmbiguousDigest { .. }
             | CliError::BadDigest(_)
@@ -137,9 +148,10 @@ impl CliError {
     pub fn help(&self) -> Option<String> {
         let help = match self {
             CliError::NoStore | CliError::UnknownScheme { .. } => {
-                "give `--store` (or IDEMPOTENT_STORE) a SQLite file path or a postgres:// URL, \
-                 such as `--store /var/lib/shop/claims.db` or \
-                 `--store postgres://app@db.internal/app`"
+                "give `--store` (or IDEMPOTENT_STORE) a SQLite file path, a postgres:// URL \
+                 or a redis:// URL, such as `--store /var/lib/shop/claims.db`, \
+                 `--store postgres://app@db.internal/app` or \
+                 `--store redis://cache.internal/2?prefix=shop:idempotent:`"
                     .into()
             }
             CliError::NoFile(_) => "check the path: it must be the file the application's \
@@ -148,6 +160,10 @@ impl CliError {
             CliError::BadUrl { .. } => {
                 "write it as postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE".into()
             }
+            CliError::BadRedisUrl { .. } => "write it as \
+                redis://[USER][:PASSWORD@]HOST[:PORT][/DB][?prefix=PREFIX], with the prefix the \
+                application's `RedisStore` was built with"
+                .into(),
             CliError::MissingSchema { .. } => "point `--store` at the database the application \
                 uses; the application creates the schema (`SqliteStore::open`, \
                 `PostgresStore::migrate`), this tool never does"
@@ -165,7 +181,8 @@ impl CliError {
             | CliError::Store {
                 source: StoreError::Unavailable(_),
                 ..
-            } => "check that the database is up and reachable, then run the command again".into(),
+            } => "check that the store's server is up and reachable, then run the command again"
+                .into(),
             CliError::NotFound(_) => "list the keys there are with `idempotent-tools list` \
                 (`--run RUN` narrows it); a key must be given in full, as `list` prints it"
                 .into(),

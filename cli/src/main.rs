@@ -1,5 +1,5 @@
 //! `idempotent-tools`: an operator's view of the claims and records an
-//! `idempotent-tools` store keeps, in a SQLite file or Postgres. It lists
+//! `idempotent-tools` store keeps, in a SQLite file, Postgres or Redis. It lists
 //! them, shows one, forgets a key so that its action may run again, purges
 //! expired records and counts them. It never creates a schema.
 
@@ -49,7 +49,9 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "idempotent-tools", version, after_long_help = EXAMPLE)]
 struct Cli {
-    /// The store: a SQLite file path (or sqlite://PATH) or a postgres:// URL.
+    /// The store: a SQLite file path (or sqlite://PATH), a postgres:// URL, or
+    /// a redis:// URL whose `prefix` parameter is the store's prefix
+    /// (redis://HOST/DB?prefix=shop:idempotent:; `idempotent:` without it).
     #[arg(
         long,
         short,

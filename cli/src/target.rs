@@ -5,10 +5,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotent_tools::store::SqliteStore;
 use idempotent_tools::store::postgres::PostgresStoreBuilder;
 use idempotent_tools::store::postgres::deadpool_postgres::{Manager, Pool, Runtime};
 use idempotent_tools::store::postgres::tokio_postgres::{Config, NoTls};
+use idempotent_tools::store::redis::DEFAULT_PREFIX;
+use idempotent_tools::store::{RedisStore, SqliteStore};
 use idempotent_tools::{Store, StoreError};
 
 use crate::error::CliError;
@@ -20,11 +21,21 @@ pub enum Target {
     Sqlite(PathBuf),
     /// A Postgres URL.
     Postgres(String),
+    /// A Redis URL, without its `prefix` parameter, and the prefix of the
+    /// store's keys.
+    Redis {
+        /// The server's URL.
+        url: String,
+        /// The prefix the application's `RedisStore` was built with.
+        prefix: String,
+    },
 }
 
 impl Target {
     /// Reads `--store`: a `postgres://` (or `postgresql://`) URL, a
-    /// `sqlite://` path, or a plain file path.
+    /// `redis://` (or `rediss://`) URL whose `prefix` parameter names the
+    /// store's prefix (the default prefix without it), a `sqlite://` path,
+    /// or a plain file path.
     pub fn parse(text: &str) -> Result<Target, CliError> {
         if text.trim().is_empty() {
             return Err(CliError::NoStore);
@@ -35,6 +46,7 @@ impl Target {
         match scheme.to_ascii_lowercase().as_str() {
             "postgres" | "postgresql" => Ok(Target::Postgres(text.to_owned())),
             "sqlite" => Ok(Target::Sqlite(PathBuf::from(rest))),
+            "redis" | "rediss" => redis_target(text),
             _ => Err(CliError::UnknownScheme {
                 scheme: scheme.to_owned(),
             }),
@@ -46,6 +58,10 @@ impl Target {
         match self {
             Target::Sqlite(path) => path.display().to_string(),
             Target::Postgres(url) => redact(url),
+            Target::Redis { url, prefix } => {
+                let sep = if url.contains('?') { '&' } else { '?' };
+                format!("{}{sep}prefix={prefix}", redact(url))
+            }
         }
     }
 
@@ -94,6 +110,13 @@ impl Target {
                     .await
                     .map(|()| Arc::new(store) as Arc<dyn Store>)
             }
+            // Redis keeps no schema: the prefix is the whole of the store's
+            // layout, and a prefix with nothing under it is an empty store.
+            Target::Redis { url, prefix } => RedisStore::builder(url.as_str())
+                .prefix(prefix.as_str())
+                .connect()
+                .await
+                .map(|store| Arc::new(store) as Arc<dyn Store>),
         };
         opened.map_err(|source| match source {
             StoreError::MissingSchema => CliError::MissingSchema {
@@ -105,6 +128,32 @@ impl Target {
             },
         })
     }
+}
+
+/// A `redis://` URL: its `prefix` parameter taken out as the store's
+/// prefix, every other parameter left for the client.
+fn redis_target(text: &str) -> Result<Target, CliError> {
+    let mut url = url::Url::parse(text).map_err(|source| CliError::BadRedisUrl {
+        url: redact(text),
+        source,
+    })?;
+    let mut prefix = None;
+    let mut rest = Vec::new();
+    for (name, value) in url.query_pairs() {
+        match name.as_ref() {
+            "prefix" => prefix = Some(value.into_owned()),
+            _ => rest.push((name.into_owned(), value.into_owned())),
+        }
+    }
+    if rest.is_empty() {
+        url.set_query(None);
+    } else {
+        url.query_pairs_mut().clear().extend_pairs(rest);
+    }
+    Ok(Target::Redis {
+        url: url.into(),
+        prefix: prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned()),
+    })
 }
 
 /// The URL without the password of its user.
@@ -146,8 +195,41 @@ mod tests {
     }
 
     #[test]
+    fn a_redis_url_names_its_prefix_or_takes_the_default() {
+        let redis = |url: &str, prefix: &str| Target::Redis {
+            url: url.into(),
+            prefix: prefix.into(),
+        };
+        assert_eq!(
+            Target::parse("redis://cache:6379/2").expect("url"),
+            redis("redis://cache:6379/2", DEFAULT_PREFIX)
+        );
+        assert_eq!(
+            Target::parse("redis://cache/2?prefix=shop:idempotent:").expect("url"),
+            redis("redis://cache/2", "shop:idempotent:")
+        );
+        assert_eq!(
+            Target::parse("rediss://cache/0?protocol=resp3&prefix=a%3Ab%3A").expect("url"),
+            redis("rediss://cache/0?protocol=resp3", "a:b:"),
+            "other parameters stay for the client; the prefix is decoded"
+        );
+        assert!(matches!(
+            Target::parse("redis://cache:notaport/0"),
+            Err(CliError::BadRedisUrl { .. })
+        ));
+        assert_eq!(
+            Target::parse("redis://cache/2").expect("url").describe(),
+            "redis://cache/2?prefix=idempotent:"
+        );
+    }
+
+    #[test]
     fn a_password_never_reaches_a_message() {
         let target = Target::parse("postgres://app:s3cret@db/app").expect("url");
         assert_eq!(target.describe(), "postgres://app:***@db/app");
+        let target = Target::parse("redis://:s3cret@cache/0?prefix=p:").expect("url");
+        assert_eq!(target.describe(), "redis://:***@cache/0?prefix=p:");
+        let target = Target::parse("redis://ops:s3cret@cache/0").expect("url");
+        assert!(!target.describe().contains("s3cret"));
     }
 }

@@ -1,11 +1,14 @@
 //! The built `idempotent-tools` binary, end to end, against a real SQLite
-//! file and the real Postgres: every command, its JSON, its exit codes, and
-//! bad input (an unknown URL scheme, a database without the schema, a key
-//! that does not exist).
+//! file, the real Postgres and the real Redis: every command, its JSON, its
+//! exit codes, and bad input (an unknown URL scheme, a database without the
+//! schema, a key that does not exist).
 //!
-//! Postgres cases need `IDEMPOTENT_POSTGRES_URL`: without it they are
-//! reported as ignored, never as passed, and in CI they fail. Each gets a
-//! schema of its own, named in the URL's `search_path`, dropped afterwards.
+//! Postgres cases need `IDEMPOTENT_POSTGRES_URL` and Redis cases
+//! `IDEMPOTENT_REDIS_URL`: without it they are reported as ignored, never as
+//! passed, and in CI they fail. Each Postgres case gets a schema of its own,
+//! named in the URL's `search_path`, dropped afterwards; each Redis case a
+//! prefix of its own, named in the URL's `prefix` parameter, emptied
+//! afterwards.
 
 // The workspace's harness for cases that need a server.
 #[path = "../../../tests/harness/mod.rs"]
@@ -14,6 +17,7 @@ mod harness;
 mod commands;
 mod postgres;
 mod records;
+mod redis;
 mod run;
 mod sqlite;
 mod usage;
@@ -31,6 +35,9 @@ fn main() {
         usage::text_that_is_no_key_is_bad_usage_and_says_why,
         postgres::an_unreachable_server_fails_and_says_what_to_check,
         postgres::a_password_in_the_url_never_reaches_a_message,
+        redis::an_unreachable_redis_server_fails_and_says_what_to_check,
+        redis::a_redis_url_it_cannot_read_is_bad_usage,
+        redis::a_redis_password_never_reaches_a_message,
     );
     trials.extend(trials!(postgres::URL;
         postgres::every_command_on_postgres,
@@ -38,6 +45,11 @@ fn main() {
         postgres::a_postgres_database_without_the_schema_is_bad_usage_and_gets_none,
         postgres::a_postgres_schema_newer_than_the_tool_is_refused,
         postgres::a_key_that_does_not_exist_on_postgres_is_not_found,
+    ));
+    trials.extend(trials!(redis::URL;
+        redis::every_command_on_redis,
+        redis::stats_and_purge_on_redis,
+        redis::a_key_that_does_not_exist_on_redis_is_not_found,
     ));
     harness::main(trials);
 }

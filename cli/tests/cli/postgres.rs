@@ -145,7 +145,8 @@ pub async fn an_unreachable_server_fails_and_says_what_to_check() {
         out.stderr
     );
     assert!(
-        out.stderr.contains("help: check that the database is up"),
+        out.stderr
+            .contains("help: check that the store's server is up"),
         "{}",
         out.stderr
     );
