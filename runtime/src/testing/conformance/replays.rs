@@ -31,7 +31,8 @@ async fn a_replay_answered_at_once_agrees_with_the_claim(store: Arc<dyn Store>) 
         .await
         .expect("complete");
 
-    // `None` is always a correct answer; an answer must be the claim's.
+    // Lending nothing is always a correct answer; a record lent must be the
+    // claim's.
     if let Some(found) = at_once(&TOOL, 42) {
         let answered = store
             .claim(request(&key, Duration::from_secs(30)))
