@@ -4,7 +4,10 @@
 mod harness;
 
 use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use idempotent_tools::testing::conformance::Suite;
@@ -159,6 +162,50 @@ async fn expired_records_are_swept_when_no_call_comes() {
     assert_eq!(memory.len(), 0, "expired records stayed without traffic");
 }
 
+/// A result whose `Clone` panics while [`REFUSE_CLONES`] is set.
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Touchy(u64);
+
+static REFUSE_CLONES: AtomicBool = AtomicBool::new(false);
+
+impl Clone for Touchy {
+    fn clone(&self) -> Touchy {
+        assert!(
+            !REFUSE_CLONES.load(Ordering::SeqCst),
+            "this clone is refused"
+        );
+        Touchy(self.0)
+    }
+}
+
+async fn a_replay_that_panics_as_its_result_is_read_can_be_polled_again() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let (run, acted) = (fresh_run(), AtomicU64::new(0));
+    let call = || {
+        Call::new("shop::touchy", refund_key(&run, "1182"))
+            .store(&store)
+            .run(async { Ok::<_, Error>(Touchy(acted.fetch_add(1, Ordering::SeqCst) + 1)) })
+    };
+    assert!(call().await.expect("the first call").is_fresh());
+
+    // The replay reads the recorded result out of the store, where that
+    // clone panics. A caller that catches the panic may poll the call again:
+    // it must still name its own store and key, and replay.
+    let mut replay = Box::pin(call());
+    let mut cx = Context::from_waker(Waker::noop());
+    REFUSE_CLONES.store(true, Ordering::SeqCst);
+    let panicked = catch_unwind(AssertUnwindSafe(|| replay.as_mut().poll(&mut cx)));
+    REFUSE_CLONES.store(false, Ordering::SeqCst);
+    assert!(panicked.is_err(), "the clone panicked");
+    let Poll::Ready(again) = replay.as_mut().poll(&mut cx) else {
+        panic!("a memory store answers at once");
+    };
+    let again = again.expect("the replay");
+    assert!(again.is_replay(), "{again:?}");
+    assert_eq!(again.value(), Some(&Touchy(1)));
+    assert_eq!(acted.load(Ordering::SeqCst), 1, "the action ran once");
+}
+
 fn a_duplicate_waits_longer_than_a_crashed_holders_lease() {
     assert!(idempotent_tools::DEFAULT_WAIT > idempotent_tools::DEFAULT_LEASE);
 }
@@ -203,6 +250,7 @@ fn main() {
         a_key_naming_the_run_outside_a_run_scope_is_refused,
         the_default_store_can_be_switched_in_one_line,
         the_memory_store_keeps_a_nan_as_it_is_and_replays_it,
+        a_replay_that_panics_as_its_result_is_read_can_be_polled_again,
     ));
     trials.extend(trials!(plain;
         an_empty_run_is_refused,

@@ -38,8 +38,9 @@ impl Call {
     /// to `replay`, which reads the tool's result out of the record where
     /// it lies; the call then ends as [`Ended::ReplayedAtOnce`].
     ///
-    /// The call is worked on in place, so that a replay never moves it;
-    /// what is left of it afterwards is only to be dropped.
+    /// The call is worked on in place, so that a replay never moves it.
+    /// What is left of it once it has begun is only to be dropped; if
+    /// `replay` panics, it is left as it was.
     pub(super) fn begin(&mut self, replay: &mut dyn FnMut(&Finished)) -> Begin {
         if active::is_acting(self.key.as_str()) {
             return Begin::Now(Begun::Ended(Ended::Failed(Error::Reentrant {
@@ -47,10 +48,11 @@ impl Call {
             })));
         }
         // Borrowed, not cloned: a replay from memory touches no reference
-        // count. Only the paths that outlive this call take a handle.
-        let (given, default);
-        given = self.store.take();
-        let store = match &given {
+        // count. Only the paths that outlive this call take a handle. The
+        // call is left whole until it ends, so that a panic in `replay`
+        // leaves it as it was.
+        let default;
+        let store = match &self.store {
             Some(store) => store,
             None => {
                 default = default_store();
@@ -67,6 +69,7 @@ impl Call {
             Replayed(Ending),
             Claimed(Key, Option<StoreResult<Answer>>),
         }
+        let (lease, retention) = (self.policy.get().lease, self.policy.get().retention);
         let probed = observe::timed_now(&**store, "claim", || {
             let mut lent = None;
             store.replay_at_once(
@@ -84,7 +87,14 @@ impl Call {
                 return Probed::Replayed(ending);
             }
             let key = self.key.share().clone();
-            let ready = held::claim(store, self.asked(&key)).into_ready().ok();
+            let asked = Asked {
+                key: &key,
+                tool: &self.tool,
+                fingerprint: self.fingerprint,
+                lease,
+                retention,
+            };
+            let ready = held::claim(store, asked).into_ready().ok();
             Probed::Claimed(key, ready)
         });
         let (key, ready) = match probed {
@@ -95,26 +105,26 @@ impl Call {
             }
             Probed::Claimed(key, ready) => (key, ready),
         };
-        let this = self.take();
         // A store that said it answers at once, and did not, is asked again
         // the long way.
         let Some(answer) = ready else {
             let store = Arc::clone(store);
-            return Begin::Later(Box::pin(this.claiming(store, None)));
+            return Begin::Later(Box::pin(self.take().claiming(store, None)));
         };
         match answer {
-            Ok(Answer::Claimed(held)) if !this.reports_takeover(&held) => {
-                observe::claimed(&this.tool, held.fence(), held.taken_over());
-                Begin::Now(Begun::Act(Acting::new(key, this.tool, held)))
+            Ok(Answer::Claimed(held)) if !self.reports_takeover(&held) => {
+                observe::claimed(&self.tool, held.fence(), held.taken_over());
+                let tool = mem::replace(&mut self.tool, ToolId::new(""));
+                Begin::Now(Begun::Act(Acting::new(key, tool, held)))
             }
             Ok(answer @ (Answer::Claimed(_) | Answer::InFlight(_))) => {
                 let store = Arc::clone(store);
-                Begin::Later(Box::pin(this.claiming(store, Some(answer))))
+                Begin::Later(Box::pin(self.take().claiming(store, Some(answer))))
             }
-            Ok(Answer::Completed(finished)) => Begin::Now(this.replay(finished)),
-            Ok(Answer::Conflict { reason, first }) => Begin::Now(this.conflict(reason, first)),
+            Ok(Answer::Completed(finished)) => Begin::Now(self.replay(finished)),
+            Ok(Answer::Conflict { reason, first }) => Begin::Now(self.conflict(reason, first)),
             Err(cause) => {
-                let cause = observe::store_failed(&this.tool, &**store, "claim", cause);
+                let cause = observe::store_failed(&self.tool, &**store, "claim", cause);
                 Begin::Now(Begun::Ended(Ended::Failed(cause)))
             }
         }
@@ -194,7 +204,7 @@ impl Call {
     }
 
     /// A replay, with the note the call site chose.
-    fn replay(mut self, finished: Finished) -> Begun {
+    fn replay(&mut self, finished: Finished) -> Begun {
         observe::found_finished(&self.tool, finished.ending);
         let (key, note) = self.replay_parts();
         Begun::Ended(Ended::Replay {
@@ -219,7 +229,7 @@ impl Call {
     }
 
     /// A conflict, with the note the call site chose (or the other tool's).
-    fn conflict(mut self, reason: ConflictReason, first: Option<Recorded>) -> Begun {
+    fn conflict(&mut self, reason: ConflictReason, first: Option<Recorded>) -> Begun {
         observe::conflict(&self.tool, reason);
         Begun::Ended(Ended::Conflict {
             note: match reason {
