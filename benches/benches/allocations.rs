@@ -7,14 +7,14 @@
 
 use std::sync::Arc;
 
-use cached::proc_macro::cached;
 use dashmap::DashMap;
+use idempotent_benches::peers::refund_cached;
 use idempotent_benches::{
-    AllocationCounts, CountingAlloc, Network, Provider, Refund, RefundError, allocations_per_call,
-    bench_run, count_allocations, current_thread, plain_key, refund, refund_guarded, refund_key,
-    refund_tool, render_plain_key,
+    AllocationCounts, CountingAlloc, Network, Provider, Refund, allocations_per_call, bench_run,
+    count_allocations, current_thread, plain_key, refund, refund_guarded, refund_key, refund_tool,
+    render_plain_key,
 };
-use idempotent_tools::{Fingerprint, MemoryStore, Run};
+use idempotent_tools::{Fingerprint, MemoryStore};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -22,22 +22,6 @@ static ALLOC: CountingAlloc = CountingAlloc;
 const WARM_UP: u64 = 100;
 const CALLS: u64 = 10_000;
 const FIRST_ORDER: u64 = 10_000_000;
-
-#[cached(
-    max_size = 10_000,
-    key = "String",
-    convert = r#"{ plain_key(run, order_id) }"#
-)]
-async fn refund_cached(
-    provider: &Provider,
-    run: &Run,
-    order_id: u64,
-    usd: u64,
-) -> Result<Refund, RefundError> {
-    // The run is part of the cache key only.
-    let _ = run;
-    refund(provider, order_id, usd).await
-}
 
 fn row(name: &str, counts: AllocationCounts) {
     println!(

@@ -15,48 +15,15 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
-use cached::proc_macro::cached;
+use idempotent_benches::peers::{receipt_cached, refund_cached};
 use idempotent_benches::{
-    Network, Provider, Receipt, Refund, RefundError, bench_run, current_thread, plain_key,
-    receipt_tool, refund, refund_key, refund_tool,
+    Network, Provider, Refund, bench_run, current_thread, plain_key, receipt_tool, refund_key,
+    refund_tool,
 };
-use idempotent_tools::{MemoryStore, Run, Store};
+use idempotent_tools::{MemoryStore, Store};
 
 /// Records in the store before the calls counted.
 const STEADY: u64 = 10_000;
-
-/// The refund behind `cached`'s macro, keyed as the guard keys it.
-#[cached(
-    max_size = 10_000,
-    key = "String",
-    convert = r#"{ plain_key(run, order_id) }"#
-)]
-async fn refund_cached(
-    provider: &Provider,
-    run: &Run,
-    order_id: u64,
-    usd: u64,
-) -> Result<Refund, RefundError> {
-    // The run is part of the cache key only.
-    let _ = run;
-    refund(provider, order_id, usd).await
-}
-
-/// The receipt behind `cached`'s macro.
-#[cached(
-    max_size = 10_000,
-    key = "String",
-    convert = r#"{ plain_key(run, order_id) }"#
-)]
-async fn receipt_cached(
-    provider: &Provider,
-    run: &Run,
-    order_id: u64,
-    usd: u64,
-) -> Result<Receipt, RefundError> {
-    let _ = run;
-    Ok(provider.receipt(order_id, usd).await)
-}
 
 fn main() {
     let mut args = std::env::args().skip(1);

@@ -18,6 +18,7 @@ use idempotent_tools::{Call, Fingerprint, Key, Outcome, Run, Store, idempotent};
 use serde::{Deserialize, Serialize};
 
 pub mod durable;
+pub mod peers;
 
 /// The tool id the by-hand guard records.
 pub const TOOL: &str = "benches::refund";

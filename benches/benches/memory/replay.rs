@@ -4,32 +4,16 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
-use cached::proc_macro::cached;
 use criterion::Criterion;
 use dashmap::DashMap;
+use idempotent_benches::peers::{receipt_cached, refund_cached};
 use idempotent_benches::{
-    Network, Provider, Receipt, Refund, RefundError, bench_run, current_thread, plain_key,
-    receipt_tool, refund, refund_guarded, refund_tool, render_plain_key,
+    Network, Provider, Receipt, Refund, bench_run, current_thread, plain_key, receipt_tool, refund,
+    refund_guarded, refund_tool, render_plain_key,
 };
-use idempotent_tools::{MemoryStore, Run};
+use idempotent_tools::MemoryStore;
 
 use crate::timed;
-
-#[cached(
-    max_size = 10_000,
-    key = "String",
-    convert = r#"{ plain_key(run, order_id) }"#
-)]
-async fn refund_cached(
-    provider: &Provider,
-    run: &Run,
-    order_id: u64,
-    usd: u64,
-) -> Result<Refund, RefundError> {
-    // The run is part of the cache key only.
-    let _ = run;
-    refund(provider, order_id, usd).await
-}
 
 /// A replay: every iteration repeats an ask that already finished.
 pub fn replay(c: &mut Criterion) {
@@ -151,19 +135,4 @@ pub fn replay(c: &mut Criterion) {
     });
 
     group.finish();
-}
-
-#[cached(
-    max_size = 10_000,
-    key = "String",
-    convert = r#"{ plain_key(run, order_id) }"#
-)]
-async fn receipt_cached(
-    provider: &Provider,
-    run: &Run,
-    order_id: u64,
-    usd: u64,
-) -> Result<Receipt, RefundError> {
-    let _ = run;
-    Ok(provider.receipt(order_id, usd).await)
 }

@@ -4,35 +4,20 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
-use cached::proc_macro::cached;
 use criterion::Criterion;
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
+use idempotent_benches::peers::refund_cached_miss;
 use idempotent_benches::{
-    Network, Provider, Refund, RefundError, bench_run, current_thread, plain_key, refund,
-    refund_key, refund_tool, render_plain_key,
+    Network, Provider, Refund, bench_run, current_thread, plain_key, refund, refund_key,
+    refund_tool, render_plain_key,
 };
-use idempotent_tools::{MemoryStore, Run, Store};
+use idempotent_tools::{MemoryStore, Store};
 
 use crate::{FIRST_ORDER, FLOOR_REFUND, timed};
 
 /// How many records the steady-state store holds throughout.
 const STEADY: u64 = 100_000;
-
-#[cached(
-    max_size = 100_000,
-    key = "String",
-    convert = r#"{ plain_key(run, order_id) }"#
-)]
-async fn refund_cached_miss(
-    provider: &Provider,
-    run: &Run,
-    order_id: u64,
-    usd: u64,
-) -> Result<Refund, RefundError> {
-    let _ = run;
-    refund(provider, order_id, usd).await
-}
 
 /// A fresh call in steady state: the store holds [`STEADY`] records, and
 /// every iteration adds one under a new key and removes the oldest, so its
