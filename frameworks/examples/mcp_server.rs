@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
-use idempotent_tools::rmcp::{ResolvesRuns, RunHeaderLayer};
+use idempotent_tools::rmcp::{ResolvesRuns, RunHeaderLayer, SessionRuns};
 use idempotent_tools::testing::{Provider, ProviderError, Refund};
 use idempotent_tools::{FreeText, Outcome, Run, idempotent};
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -129,7 +129,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 async fn serve_http(provider: Provider, address: SocketAddr) -> std::io::Result<()> {
     let mcp = StreamableHttpService::new(
         move || Ok(Shop::new(provider.clone())),
-        LocalSessionManager::default().into(),
+        SessionRuns::new(LocalSessionManager::default()).into(), // sessions rmcp issues are runs
         StreamableHttpServerConfig::default(),
     );
     let service = RunHeaderLayer::new().layer(mcp);

@@ -45,17 +45,38 @@ impl Run {
         Ok(Run(Arc::from(id)))
     }
 
-    /// A run named `<prefix>/<id>`. The prefix is never empty, so neither is
-    /// the run: for runs an adapter derives from what a request proves
-    /// (a session, a principal), kept apart from runs a client names.
+    /// A run derived from what a request carries, written as its path of
+    /// `(source, value)` steps: `meta/run-7`, `principal/alice/meta/run-7`.
+    ///
+    /// Each value has `%` and `/` percent-encoded, and each source is a
+    /// constant without `/`, so the text decodes one way only: no value a
+    /// client sends can make the run of another source, and none equals a
+    /// [`Run::constant`], which has no `/`.
     #[cfg(feature = "rmcp")]
-    pub(crate) fn prefixed(prefix: &'static str, id: &str) -> Run {
-        Run(Arc::from(format!("{prefix}/{id}")))
+    pub(crate) fn derived(path: &[(&'static str, &str)]) -> Run {
+        let mut text = String::new();
+        for (source, value) in path {
+            debug_assert!(!source.is_empty() && !source.contains('/'), "{source:?}");
+            if !text.is_empty() {
+                text.push('/');
+            }
+            text.push_str(source);
+            text.push('/');
+            for c in value.chars() {
+                match c {
+                    '%' => text.push_str("%25"),
+                    '/' => text.push_str("%2F"),
+                    c => text.push(c),
+                }
+            }
+        }
+        Run(Arc::from(text))
     }
 
     /// A run named by a constant of the crate's, which is never empty.
     #[cfg(feature = "rmcp")]
     pub(crate) fn constant(id: &'static str) -> Run {
+        debug_assert!(!id.is_empty() && !id.contains('/'), "{id:?}");
         Run(Arc::from(id))
     }
 
@@ -106,5 +127,33 @@ impl fmt::Display for Run {
 impl fmt::Debug for Run {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Run({:?})", &*self.0)
+    }
+}
+
+#[cfg(all(test, feature = "rmcp"))]
+mod tests {
+    use super::Run;
+
+    #[test]
+    fn derived_runs_of_different_paths_never_share_a_text() {
+        let runs = [
+            Run::derived(&[("principal", "alice")]),
+            Run::derived(&[("meta", "principal/alice")]),
+            Run::derived(&[("meta", "principal%2Falice")]),
+            Run::derived(&[("principal", "alice/meta/x")]),
+            Run::derived(&[("principal", "alice"), ("meta", "x")]),
+            Run::derived(&[("header", "x")]),
+            Run::derived(&[("meta", "x")]),
+            Run::derived(&[("meta", "server-wide")]),
+            Run::constant("server-wide"),
+        ];
+        for (i, a) in runs.iter().enumerate() {
+            for b in &runs[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        assert_eq!(runs[1].as_str(), "meta/principal%2Falice");
+        assert_eq!(runs[2].as_str(), "meta/principal%252Falice");
+        assert_eq!(runs[4].as_str(), "principal/alice/meta/x");
     }
 }

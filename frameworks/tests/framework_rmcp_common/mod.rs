@@ -12,7 +12,7 @@ use http::{HeaderName, HeaderValue, Request};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use idempotent_tools::rmcp::{
-    Principal, ResolvesRuns, RunHeaderLayer, RunPolicy, STATUS_META_KEY, with_run,
+    Principal, ResolvesRuns, RunHeaderLayer, RunPolicy, STATUS_META_KEY, SessionRuns, with_run,
 };
 use idempotent_tools::testing::{Provider, ProviderError, Refund};
 use idempotent_tools::{FreeText, Outcome, Run, idempotent};
@@ -26,7 +26,8 @@ use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::streamable_http_server::{
-    StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    SessionManager, StreamableHttpServerConfig, StreamableHttpService,
+    session::local::LocalSessionManager,
 };
 use rmcp::{
     ClientLifecycleMode, ClientServiceExt, ServerHandler, ServiceExt, schemars, tool, tool_handler,
@@ -197,16 +198,55 @@ where
     }
 }
 
+/// How the HTTP server keeps sessions.
+#[derive(Clone, Copy, Debug)]
+pub enum Sessions {
+    /// rmcp's session manager behind `SessionRuns`: an issued session is a
+    /// run.
+    Runs,
+    /// rmcp's session manager alone: sessions exist, but no tool is told
+    /// which were issued.
+    Unmarked,
+    /// No sessions at all: every request is served statelessly, whatever
+    /// `Mcp-Session-Id` it carries.
+    Stateless,
+}
+
 /// Serves a fresh `Shop` per request or session (as rmcp does) over
 /// streamable HTTP on 127.0.0.1, at a port the OS chose, behind the run
 /// header layer and the stand-in authentication. Sessions are on for
-/// 2025-11-25 clients; 2026-07-28 clients are always served statelessly.
+/// 2025-11-25 clients, and runs; 2026-07-28 clients are always served
+/// statelessly.
 pub async fn serve_http(provider: Provider, policy: RunPolicy) -> SocketAddr {
-    let mcp = StreamableHttpService::new(
-        move || Ok(Shop::with_policy(provider.clone(), policy)),
-        LocalSessionManager::default().into(),
-        StreamableHttpServerConfig::default().with_json_response(true),
-    );
+    serve_http_with(provider, policy, Sessions::Runs).await
+}
+
+/// [`serve_http`], keeping sessions as `sessions` says.
+pub async fn serve_http_with(
+    provider: Provider,
+    policy: RunPolicy,
+    sessions: Sessions,
+) -> SocketAddr {
+    let make = move || Ok(Shop::with_policy(provider.clone(), policy));
+    let config = StreamableHttpServerConfig::default().with_json_response(true);
+    match sessions {
+        Sessions::Runs => {
+            let manager = SessionRuns::new(LocalSessionManager::default());
+            listen(StreamableHttpService::new(make, manager.into(), config)).await
+        }
+        Sessions::Unmarked => {
+            let manager = LocalSessionManager::default();
+            listen(StreamableHttpService::new(make, manager.into(), config)).await
+        }
+        Sessions::Stateless => {
+            let config = config.with_legacy_session_mode(false);
+            let manager = LocalSessionManager::default();
+            listen(StreamableHttpService::new(make, manager.into(), config)).await
+        }
+    }
+}
+
+async fn listen<M: SessionManager>(mcp: StreamableHttpService<Shop, M>) -> SocketAddr {
     let service = BearerAuth(RunHeaderLayer::new().layer(mcp));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -226,6 +266,85 @@ pub async fn serve_http(provider: Provider, policy: RunPolicy) -> SocketAddr {
         Ok::<(), Infallible>(())
     });
     address
+}
+
+/// What a raw HTTP `tools/call` got back: the status, and the JSON-RPC
+/// message of a `200`.
+#[derive(Debug)]
+pub struct RawAnswer {
+    pub status: u16,
+    pub message: Option<Value>,
+}
+
+impl RawAnswer {
+    /// The tool result's `_meta["idempotent/status"]`.
+    pub fn guard_status(&self) -> Option<&str> {
+        self.message.as_ref()?["result"]["_meta"][STATUS_META_KEY].as_str()
+    }
+
+    /// The JSON-RPC error's message, if the call was refused.
+    pub fn error(&self) -> Option<&str> {
+        self.message.as_ref()?["error"]["message"].as_str()
+    }
+}
+
+/// Posts a `tools/call` for a refund straight over HTTP/1.1, as a client
+/// written by hand (or a proxy) would, with no `initialize` and whatever
+/// headers and `_meta` it likes: protocol 2025-11-25 and older, so a server
+/// with sessions expects an `Mcp-Session-Id` it issued.
+pub async fn post_refund(
+    address: SocketAddr,
+    headers: &[(&str, &str)],
+    meta: Option<Value>,
+    order_id: &str,
+) -> RawAnswer {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let mut params = json!({
+        "name": "refund_order",
+        "arguments": { "order_id": order_id, "usd": 42, "reason": "customer asked" },
+    });
+    if let Some(meta) = meta {
+        params["_meta"] = meta;
+    }
+    let body =
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params }).to_string();
+    let mut request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n\
+         Connection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(&body);
+
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}"));
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .unwrap_or_else(|e| panic!("send: {e}"));
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .unwrap_or_else(|e| panic!("receive: {e}"));
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {response}"));
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    // A chunked body: the JSON message is the line that starts with `{`.
+    let message = body
+        .lines()
+        .find(|line| line.starts_with('{'))
+        .and_then(|line| serde_json::from_str(line).ok());
+    RawAnswer { status, message }
 }
 
 /// What an HTTP client sends with every request besides MCP itself.

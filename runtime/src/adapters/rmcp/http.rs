@@ -18,15 +18,22 @@ use crate::run::Run;
 /// The header [`RunHeaderLayer`] reads by default: `Idempotent-Run: run-7`.
 pub const RUN_HEADER: HeaderName = HeaderName::from_static("idempotent-run");
 
-/// Left by [`RunHeader`] for a header that is there but names no run, so
-/// that the call is refused rather than scoped more widely than its sender
-/// meant.
+/// What [`RunHeader`] read, in the request's extensions: a type of its own,
+/// so that a header's run is never taken for a [`Run`] the application set.
 #[derive(Clone, Debug)]
-pub(super) struct InvalidRunHeader(pub(super) String);
+pub(super) enum HeaderRun {
+    /// The run the header names, as the client wrote it.
+    Named(Run),
+    /// The header is there but names no run (it holds the header's name), so
+    /// the call is refused rather than scoped more widely than its sender
+    /// meant.
+    Invalid(String),
+}
 
-/// Reads the run of each HTTP request from a header, and puts it in the
-/// request's extensions as a [`Run`]: a `run: Run` tool parameter then
-/// finds it ([`RunSource::Extension`](super::RunSource::Extension)).
+/// Reads the run of each HTTP request from a header, for a `run: Run` tool
+/// parameter to find ([`RunSource::Extension`](super::RunSource::Extension)).
+/// The run is the header's text tagged as a header's (`header/run-7`), and
+/// nested under the request's [`Principal`](super::Principal) if it has one.
 ///
 /// For clients, gateways and agent hosts that can set a header but not an
 /// MCP request's `_meta`. A request without the header is left alone, and
@@ -98,15 +105,11 @@ where
 
     fn call(&mut self, mut request: Request<B>) -> S::Future {
         if let Some(value) = request.headers().get(&self.header) {
-            match value.to_str().ok().and_then(|text| Run::new(text).ok()) {
-                Some(run) => {
-                    request.extensions_mut().insert(run);
-                }
-                None => {
-                    let invalid = InvalidRunHeader(self.header.as_str().to_owned());
-                    request.extensions_mut().insert(invalid);
-                }
-            }
+            let run = match value.to_str().ok().and_then(|text| Run::new(text).ok()) {
+                Some(run) => HeaderRun::Named(run),
+                None => HeaderRun::Invalid(self.header.as_str().to_owned()),
+            };
+            request.extensions_mut().insert(run);
         }
         self.inner.call(request)
     }

@@ -14,8 +14,9 @@
 //!    one from the `Idempotent-Run` header);
 //! 3. [`RunSource::Principal`]: the [`Principal`] the application's
 //!    authentication put there, so that each user is a run;
-//! 4. [`RunSource::Session`]: the client's `Mcp-Session-Id` over streamable
-//!    HTTP, or its connection over stdio, for clients that opened with
+//! 4. [`RunSource::Session`]: the session the server issued: over
+//!    streamable HTTP one that [`SessionRuns`] saw rmcp's session manager
+//!    issue, over stdio the connection, for clients that opened with
 //!    `initialize` (protocol 2025-11-25 and older);
 //! 5. otherwise, by default, the run [`SERVER_WIDE_RUN`], the same for
 //!    every request ([`Unscoped::ServerWide`]), or a refusal
@@ -25,6 +26,23 @@
 //! ever one request's own: a stateless request (protocol 2026-07-28) with
 //! nothing else to go by shares the server-wide run, so a repeat is still a
 //! repeat. The server says which steps it allows with [`ResolvesRuns`].
+//!
+//! # Who can read a run
+//!
+//! A replay hands back the first call's result, so whoever can name a run
+//! can read what was done in it. Each run is therefore written with its
+//! source (`meta/run-7`, `header/run-7`, `principal/alice`,
+//! `session/<id>`, `connection/<id>`), so that nothing a client sends names
+//! another source's run or the server-wide one, and every run a request
+//! names is nested under its [`Principal`] when it has one
+//! (`principal/alice/meta/run-7`): two principals never share a run. An
+//! `Mcp-Session-Id` counts only where [`SessionRuns`] saw it issued.
+//!
+//! Without a principal, a run a client names (in `_meta` or the run header)
+//! is a bearer token: any client that sends the same text joins that run
+//! and reads its replays. On a server open to more than one party,
+//! authenticate and set a [`Principal`], or refuse client-named runs with
+//! [`RunPolicy::without`].
 //!
 //! An [`Outcome`](crate::Outcome) is a tool result, never an error: a replay
 //! reaches the client as the first result, then the note, in
@@ -41,6 +59,7 @@ use ::rmcp::model::{CallToolRequestParams, RequestMetaObject};
 pub use self::http::{RUN_HEADER, RunHeader, RunHeaderLayer};
 pub use self::policy::{RunPolicy, RunSource, Unscoped};
 pub use self::run::{EmptyPrincipal, Principal, ResolvesRuns, RunError, run_of};
+pub use self::session::SessionRuns;
 use crate::run::Run;
 
 /// The `_meta` key under which a client names the run of a `tools/call`

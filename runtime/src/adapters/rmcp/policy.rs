@@ -12,16 +12,19 @@ pub enum RunSource {
     /// `_meta["idempotent/run"]` of the `tools/call` request, for clients
     /// that name their agent run.
     Meta,
-    /// A [`Run`](crate::Run) the application put on the request: in its
-    /// extensions, or in the extensions of the HTTP request it came in (as
-    /// [`RunHeaderLayer`](super::RunHeaderLayer) does from a header).
+    /// A [`Run`](crate::Run) the application put on the request, in its
+    /// extensions or in those of the HTTP request it came in; else the run
+    /// header that [`RunHeaderLayer`](super::RunHeaderLayer) read.
     Extension,
     /// A [`Principal`](super::Principal) the application put on the request
     /// after authenticating it: every call of one user is one run.
     Principal,
-    /// The client's MCP session: `Mcp-Session-Id` over streamable HTTP, the
-    /// connection over stdio or any other stream. Only clients that opened
-    /// with `initialize` (protocol 2025-11-25 and older) have one.
+    /// The client's MCP session, as the server issued it: over streamable
+    /// HTTP, a session that [`SessionRuns`](super::SessionRuns) saw rmcp's
+    /// session manager issue (an `Mcp-Session-Id` nobody issued is
+    /// ignored); over stdio or any other stream, the connection. Only
+    /// clients that opened with `initialize` (protocol 2025-11-25 and older)
+    /// have one.
     Session,
 }
 
@@ -33,6 +36,16 @@ impl RunSource {
         RunSource::Principal,
         RunSource::Session,
     ];
+
+    /// The source's name, as run texts and traces write it (`run_source`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            RunSource::Meta => "meta",
+            RunSource::Extension => "extension",
+            RunSource::Principal => "principal",
+            RunSource::Session => "session",
+        }
+    }
 
     const fn bit(self) -> u8 {
         1 << self as u8

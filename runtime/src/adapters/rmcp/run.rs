@@ -11,10 +11,11 @@ use ::rmcp::handler::server::tool::ToolCallContext;
 use ::rmcp::model::Extensions;
 use ::rmcp::service::RequestContext;
 
-use super::http::InvalidRunHeader;
+use super::http::HeaderRun;
 use super::policy::{RunPolicy, RunSource, Unscoped};
 use super::session::session_run;
 use super::{RUN_META_KEY, SERVER_WIDE_RUN};
+use crate::observe::TARGET;
 use crate::run::Run;
 
 /// Why a request has no run. Nothing was done: the tool did not run.
@@ -137,6 +138,16 @@ pub trait ResolvesRuns {
 /// [`RunSource`]s the request carries, in their order, else what
 /// [`Unscoped`] says.
 ///
+/// A run is written with the source it came from, so that no value a client
+/// sends can name another source's run: `_meta` run `run-7` is the run
+/// `meta/run-7`, the same text in the run header is `header/run-7`, and
+/// neither can be made equal to `principal/alice`, a session's run or
+/// [`SERVER_WIDE_RUN`] (each value's `/` and `%` are percent-encoded). When
+/// the request carries a [`Principal`], every run it names is nested under
+/// it (`principal/alice/meta/run-7`), whether or not the policy allows
+/// [`RunSource::Principal`] as a run of its own: two principals never share
+/// a run, whatever they send.
+///
 /// A source that is there but malformed (an empty `_meta` run, an empty run
 /// header) is refused rather than skipped: its sender meant to scope the
 /// call, and a wider scope would surprise it.
@@ -145,18 +156,26 @@ pub fn run_of(context: &RequestContext<RoleServer>, policy: &RunPolicy) -> Resul
         .extensions
         .get::<http::request::Parts>()
         .map(|parts| &parts.extensions);
+    let principal = find::<Principal>(&context.extensions, http);
+    let within = |source: &'static str, value: &str| match &principal {
+        Some(principal) => Run::derived(&[("principal", principal.as_str()), (source, value)]),
+        None => Run::derived(&[(source, value)]),
+    };
     for source in RunSource::ALL {
         if !policy.allows(source) {
             continue;
         }
         let run = match source {
-            RunSource::Meta => meta_run(context)?,
-            RunSource::Extension => extension_run(&context.extensions, http)?,
-            RunSource::Principal => find::<Principal>(&context.extensions, http)
-                .map(|principal| Run::prefixed("principal", principal.as_str())),
-            RunSource::Session => session_run(context),
+            RunSource::Meta => meta_run(context)?.map(|run| within("meta", run.as_str())),
+            RunSource::Extension => extension_run(&context.extensions, http)?
+                .map(|(tag, run)| within(tag, run.as_str())),
+            RunSource::Principal => principal
+                .as_ref()
+                .map(|principal| Run::derived(&[("principal", principal.as_str())])),
+            RunSource::Session => session_run(context).map(|(tag, id)| within(tag, id.as_str())),
         };
         if let Some(run) = run {
+            tracing::debug!(target: TARGET, run_source = source.name(), run = %run, "the request's run");
             return Ok(run);
         }
     }
@@ -174,15 +193,18 @@ fn meta_run(context: &RequestContext<RoleServer>) -> Result<Option<Run>, RunErro
     run.map(Some).ok_or(RunError::BadMeta)
 }
 
+/// The application's own [`Run`] (tagged `extension`), else the run header's
+/// (tagged `header`, as a client wrote it).
 fn extension_run(
     mcp: &Extensions,
     http: Option<&http::Extensions>,
-) -> Result<Option<Run>, RunError> {
+) -> Result<Option<(&'static str, Run)>, RunError> {
     if let Some(run) = find::<Run>(mcp, http) {
-        return Ok(Some(run));
+        return Ok(Some(("extension", run)));
     }
-    match find::<InvalidRunHeader>(mcp, http) {
-        Some(InvalidRunHeader(header)) => Err(RunError::BadHeader(header)),
+    match find::<HeaderRun>(mcp, http) {
+        Some(HeaderRun::Named(run)) => Ok(Some(("header", run))),
+        Some(HeaderRun::Invalid(header)) => Err(RunError::BadHeader(header)),
         None => Ok(None),
     }
 }

@@ -1,32 +1,171 @@
-//! The MCP session of a request, as a run: the `Mcp-Session-Id` of a
-//! streamable HTTP request, or the connection a stream transport serves.
+//! The MCP session of a request, as the server issued it: over streamable
+//! HTTP a session that rmcp's session manager issued, seen through
+//! [`SessionRuns`]; over a stream transport, the connection.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 
 use ::rmcp::RoleServer;
-use ::rmcp::model::InitializeRequestParams;
+use ::rmcp::model::{
+    ClientJsonRpcMessage, GetExtensions, InitializeRequestParams, ServerJsonRpcMessage,
+};
 use ::rmcp::service::RequestContext;
+use ::rmcp::transport::streamable_http_server::session::{
+    EventStore, RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
+};
+use futures_util::Stream;
 
-use crate::run::Run;
-
-/// The header in which a streamable HTTP client names its session.
-const SESSION_HEADER: &str = "mcp-session-id";
-
-/// The session of a request, if it has one.
+/// A session manager that marks each request it routes into a session, so
+/// that `run: Run` can take the session as the request's run
+/// ([`RunSource::Session`](super::RunSource::Session)).
 ///
-/// Over HTTP only the `Mcp-Session-Id` header counts: a stateless request
-/// (protocol 2026-07-28, or a server without sessions) is served by a
-/// service made for it alone, so nothing else about it outlives the request.
-/// Elsewhere the connection counts, once a client opened it with
-/// `initialize`: rmcp keeps that handshake for the connection's life.
-pub(super) fn session_run(context: &RequestContext<RoleServer>) -> Option<Run> {
-    if let Some(parts) = context.extensions.get::<http::request::Parts>() {
-        let id = parts.headers.get(SESSION_HEADER)?.to_str().ok()?;
-        return (!id.is_empty()).then(|| Run::prefixed("mcp-session", id));
+/// rmcp tells a tool nothing about whether the `Mcp-Session-Id` of a request
+/// was issued: a server in stateless mode passes any id a client invents
+/// through to the tool. A request's session counts only if it reached the
+/// tool through this wrapper, which sees the session manager route it; an id
+/// that no session manager issued never does, so a client that sends a new
+/// id with each request cannot get a run per request. Without the wrapper
+/// `Mcp-Session-Id` is ignored, and the request falls to the next source.
+///
+/// ```
+/// use idempotent_tools::rmcp::SessionRuns;
+/// use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+///
+/// let sessions = SessionRuns::new(LocalSessionManager::default());
+/// // StreamableHttpService::new(make_server, sessions.into(), config)
+/// # let _: std::sync::Arc<SessionRuns<LocalSessionManager>> = sessions.into();
+/// ```
+#[derive(Debug, Default)]
+pub struct SessionRuns<M> {
+    inner: M,
+}
+
+impl<M> SessionRuns<M> {
+    /// Wraps `inner`, which issues and keeps the sessions as before.
+    pub fn new(inner: M) -> SessionRuns<M> {
+        SessionRuns { inner }
+    }
+
+    /// The wrapped session manager.
+    pub fn inner(&self) -> &M {
+        &self.inner
+    }
+}
+
+/// Left in a request's extensions by [`SessionRuns`]: the session that
+/// rmcp's session manager routed it into. Never on the wire, so a client
+/// cannot send one.
+#[derive(Clone, Debug)]
+struct IssuedSession(SessionId);
+
+fn mark(id: &SessionId, mut message: ClientJsonRpcMessage) -> ClientJsonRpcMessage {
+    if let ClientJsonRpcMessage::Request(request) = &mut message {
+        request
+            .request
+            .extensions_mut()
+            .insert(IssuedSession(id.clone()));
+    }
+    message
+}
+
+impl<M: SessionManager> SessionManager for SessionRuns<M> {
+    type Error = M::Error;
+    type Transport = M::Transport;
+
+    fn create_session(
+        &self,
+    ) -> impl Future<Output = Result<(SessionId, Self::Transport), Self::Error>> + Send {
+        self.inner.create_session()
+    }
+
+    fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> impl Future<Output = Result<ServerJsonRpcMessage, Self::Error>> + Send {
+        self.inner.initialize_session(id, message)
+    }
+
+    fn has_session(
+        &self,
+        id: &SessionId,
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send {
+        self.inner.has_session(id)
+    }
+
+    fn close_session(
+        &self,
+        id: &SessionId,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close_session(id)
+    }
+
+    fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> impl Future<
+        Output = Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error>,
+    > + Send {
+        self.inner.create_stream(id, mark(id, message))
+    }
+
+    fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.accept_message(id, mark(id, message))
+    }
+
+    fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> impl Future<
+        Output = Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error>,
+    > + Send {
+        self.inner.create_standalone_stream(id)
+    }
+
+    fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> impl Future<
+        Output = Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error>,
+    > + Send {
+        self.inner.resume(id, last_event_id)
+    }
+
+    fn restore_session(
+        &self,
+        id: SessionId,
+    ) -> impl Future<Output = Result<RestoreOutcome<Self::Transport>, Self::Error>> + Send {
+        self.inner.restore_session(id)
+    }
+
+    fn event_store(&self) -> Option<Arc<dyn EventStore>> {
+        self.inner.event_store()
+    }
+}
+
+/// The session of a request, if the server issued it, as the source's tag
+/// and the session's id.
+///
+/// Over HTTP only a session that [`SessionRuns`] saw issued counts: a
+/// stateless request (protocol 2026-07-28, or a server without sessions) is
+/// served by a service made for it alone, and its `Mcp-Session-Id`, if any,
+/// is the client's invention. Elsewhere the connection counts, once a client
+/// opened it with `initialize`: rmcp keeps that handshake for the
+/// connection's life.
+pub(super) fn session_run(context: &RequestContext<RoleServer>) -> Option<(&'static str, String)> {
+    if context.extensions.get::<http::request::Parts>().is_some() {
+        let IssuedSession(id) = context.extensions.get::<IssuedSession>()?;
+        return Some(("session", id.to_string()));
     }
     let handshake = context.peer.peer_info()?;
-    Some(connection_run(&handshake))
+    Some(("connection", connection_id(&handshake)))
 }
 
 /// Runs minted for live connections, by the address of the connection's
@@ -35,14 +174,14 @@ pub(super) fn session_run(context: &RequestContext<RoleServer>) -> Option<Run> {
 /// Each entry holds a [`Weak`] to the handshake, which keeps its allocation,
 /// and so its address, from being reused while the entry lives: an address
 /// found here is always the same connection's.
-type Connections = HashMap<usize, (Weak<InitializeRequestParams>, Run)>;
+type Connections = HashMap<usize, (Weak<InitializeRequestParams>, String)>;
 
 static CONNECTIONS: LazyLock<Mutex<Connections>> = LazyLock::new(Mutex::default);
 
-/// The run of the connection whose handshake is `handshake`: minted at
+/// The id of the connection whose handshake is `handshake`: minted at
 /// random on its first call, so that two connections, in this process or
 /// another sharing the store, never share one.
-fn connection_run(handshake: &Arc<InitializeRequestParams>) -> Run {
+fn connection_id(handshake: &Arc<InitializeRequestParams>) -> String {
     let address = Arc::as_ptr(handshake) as usize;
     // No code panics while holding the lock; a poisoned map is still sound.
     let mut connections = CONNECTIONS.lock().unwrap_or_else(PoisonError::into_inner);
@@ -51,9 +190,9 @@ fn connection_run(handshake: &Arc<InitializeRequestParams>) -> Run {
     }
     // Forget connections that have closed before adding one.
     connections.retain(|_, (handshake, _)| handshake.strong_count() > 0);
-    let run = Run::prefixed("connection", &uuid::Uuid::new_v4().to_string());
-    connections.insert(address, (Arc::downgrade(handshake), run.clone()));
-    run
+    let id = uuid::Uuid::new_v4().to_string();
+    connections.insert(address, (Arc::downgrade(handshake), id.clone()));
+    id
 }
 
 #[cfg(test)]
@@ -68,16 +207,16 @@ mod tests {
     fn one_connection_keeps_its_run_and_another_gets_its_own() {
         let first = handshake();
         let second = handshake();
-        assert_eq!(connection_run(&first), connection_run(&first));
-        assert_ne!(connection_run(&first), connection_run(&second));
+        assert_eq!(connection_id(&first), connection_id(&first));
+        assert_ne!(connection_id(&first), connection_id(&second));
     }
 
     #[test]
     fn a_connection_opened_after_one_closed_never_inherits_its_run() {
         let closed = handshake();
-        let closed_run = connection_run(&closed);
+        let closed_run = connection_id(&closed);
         drop(closed);
         let opened = handshake();
-        assert_ne!(connection_run(&opened), closed_run);
+        assert_ne!(connection_id(&opened), closed_run);
     }
 }
