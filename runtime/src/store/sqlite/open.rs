@@ -188,9 +188,13 @@ fn connect(path: &Path, busy_timeout: Duration, create: bool) -> StoreResult<Con
     }
     .map_err(store_error)?;
     conn.busy_timeout(busy_timeout).map_err(store_error)?;
-    let mode: String = conn
-        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
-        .map_err(store_error)?;
+    // Switching a new file to WAL takes an exclusive lock, and SQLite
+    // answers busy at once, without its busy handler, to a process that
+    // races another doing the same: wait for it as the busy timeout says.
+    let mode: String = while_busy(busy_timeout, || {
+        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+    })
+    .map_err(store_error)?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(StoreError::Backend(
             format!(
@@ -204,4 +208,28 @@ fn connect(path: &Path, busy_timeout: Duration, create: bool) -> StoreResult<Con
     conn.pragma_update(None, "synchronous", "FULL")
         .map_err(store_error)?;
     Ok(conn)
+}
+
+/// Runs `step` again while SQLite answers busy, for up to `timeout`, with
+/// short pauses: for the steps SQLite's own busy handler does not cover.
+fn while_busy<T>(
+    timeout: Duration,
+    mut step: impl FnMut() -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match step() {
+            Err(err)
+                if matches!(
+                    err.sqlite_error_code(),
+                    Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+                ) && std::time::Instant::now() + pause < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
 }

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::Duration;
 
 use super::role::ROLE;
@@ -63,10 +63,16 @@ impl Proc {
     /// Waits for the child's next word, which must be `tag`, and returns
     /// what follows it.
     pub(crate) fn expect(&mut self, tag: &str) -> String {
-        let line = self
-            .lines
-            .recv_timeout(PATIENCE)
-            .unwrap_or_else(|_| panic!("{} said nothing within {PATIENCE:?}", self.name));
+        let line = match self.lines.recv_timeout(PATIENCE) {
+            Ok(line) => line,
+            Err(RecvTimeoutError::Timeout) => {
+                panic!("{} said nothing within {PATIENCE:?}", self.name)
+            }
+            Err(RecvTimeoutError::Disconnected) => panic!(
+                "{} ended its output before saying `{tag}`: see its own panic above",
+                self.name
+            ),
+        };
         let (said, rest) = line.split_once(' ').unwrap_or((line.as_str(), ""));
         assert_eq!(said, tag, "{} said `{line}`", self.name);
         rest.to_owned()
