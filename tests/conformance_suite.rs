@@ -7,16 +7,14 @@
 
 mod harness;
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use idempotent_tools::testing::conformance::libtest_mimic::{self, Arguments, Conclusion};
 use idempotent_tools::testing::conformance::{Scope, Suite};
 use idempotent_tools::{
-    Claim, ClaimAnswer, ClaimRequest, Fingerprint, Finished, Forget, Key, MemoryStore, Record,
-    RecordCount, RecordPage, RecordQuery, Store, StoreFuture, StoreResult, ToolId,
+    Claim, ClaimAnswer, ClaimRequest, Finished, Forget, Key, MemoryStore, Record, RecordCount,
+    RecordPage, RecordQuery, Records, Store, StoreFuture, StoreResult,
 };
 
 /// How a store under self-test is made wrong.
@@ -33,17 +31,12 @@ enum Flaw {
     /// Records vanish when their retention runs out, and no purge job
     /// deletes anything: a store that retains by key expiry.
     RetainsByExpiry,
-    /// It answers replays at once by key alone, whatever the tool and the
-    /// arguments asked.
-    ReplaysAnyArguments,
 }
 
 struct Flawed {
     inner: MemoryStore,
     flaw: Flaw,
     keys: AtomicU64,
-    /// What `ReplaysAnyArguments` replays, by key.
-    finished: Mutex<HashMap<String, Finished>>,
 }
 
 fn flawed(flaw: Flaw) -> Suite<Flawed> {
@@ -52,11 +45,33 @@ fn flawed(flaw: Flaw) -> Suite<Flawed> {
             inner: MemoryStore::new(),
             flaw,
             keys: AtomicU64::new(0),
-            finished: Mutex::default(),
         }
     })
     .within_one_process()
     .racing_callers(20)
+    .with_records()
+}
+
+/// A memory store offering the claim protocol and nothing else.
+struct ProtocolOnly(MemoryStore);
+
+impl Store for ProtocolOnly {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> {
+        self.0.claim(req)
+    }
+    fn complete<'a>(
+        &'a self,
+        claim: &'a Claim,
+        done: Finished,
+    ) -> StoreFuture<'a, StoreResult<()>> {
+        self.0.complete(claim, done)
+    }
+    fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
+        self.0.release(claim)
+    }
+    fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
+        self.0.renew(claim, lease)
+    }
 }
 
 impl Store for Flawed {
@@ -80,31 +95,7 @@ impl Store for Flawed {
     ) -> StoreFuture<'a, StoreResult<()>> {
         match self.flaw {
             Flaw::ForgetsCompletions => self.inner.release(claim),
-            Flaw::ReplaysAnyArguments => {
-                self.finished
-                    .lock()
-                    .expect("finished")
-                    .insert(claim.key.as_str().to_owned(), done.clone());
-                self.inner.complete(claim, done)
-            }
             _ => self.inner.complete(claim, done),
-        }
-    }
-    fn replay_at_once(
-        &self,
-        key: &str,
-        tool: &ToolId,
-        fingerprint: Fingerprint,
-        replay: &mut dyn FnMut(&Finished),
-    ) {
-        match self.flaw {
-            Flaw::ReplaysAnyArguments => {
-                let found = self.finished.lock().expect("finished").get(key).cloned();
-                if let Some(found) = found {
-                    replay(&found);
-                }
-            }
-            _ => self.inner.replay_at_once(key, tool, fingerprint, replay),
         }
     }
     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
@@ -113,6 +104,9 @@ impl Store for Flawed {
     fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
         self.inner.renew(claim, lease)
     }
+}
+
+impl Records for Flawed {
     fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
         match self.flaw {
             Flaw::RetainsByExpiry => StoreFuture::ready(Ok(0)),
@@ -152,7 +146,7 @@ fn unsupported(step: &'static str) -> idempotent_tools::StoreError {
 }
 
 /// Runs the suite's case `case` alone against `suite`'s store.
-fn run_case(suite: Suite<Flawed>, case: &str) -> Conclusion {
+fn run_case<S: Store>(suite: Suite<S>, case: &str) -> Conclusion {
     let args = Arguments {
         filter: Some(case.to_owned()),
         exact: true,
@@ -193,12 +187,26 @@ fn a_store_that_forgets_completions_fails_the_suite() {
     }
 }
 
-fn a_store_that_replays_at_once_whatever_the_arguments_fails_the_suite() {
-    let ran = run_case(
-        flawed(Flaw::ReplaysAnyArguments),
-        "a_replay_answered_at_once_agrees_with_the_claim",
-    );
-    assert_eq!(counts(&ran), (0, 1, 0));
+fn a_store_offering_only_the_protocol_passes_it_and_has_the_record_cases_ignored() {
+    let suite = || {
+        Suite::new(|_: Scope| async { ProtocolOnly(MemoryStore::new()) })
+            .within_one_process()
+            .racing_callers(20)
+    };
+    for case in [
+        "concurrent_identical_calls_act_once",
+        "a_repeat_after_completion_replays_the_first_result",
+        "other_arguments_after_completion_conflict_with_the_first_result",
+    ] {
+        assert_eq!(counts(&run_case(suite(), case)), (1, 0, 0), "{case}");
+    }
+    for case in [
+        "records_are_listed_by_state_tool_and_run",
+        "a_purge_never_removes_a_held_claim",
+        "forgetting_removes_a_finished_record_but_never_a_live_claim",
+    ] {
+        assert_eq!(counts(&run_case(suite(), case)), (0, 0, 1), "{case}");
+    }
 }
 
 fn the_same_cases_pass_on_a_store_without_the_flaw() {
@@ -207,7 +215,6 @@ fn the_same_cases_pass_on_a_store_without_the_flaw() {
         "a_repeat_after_completion_replays_the_first_result",
         "recorded_errors_replay_without_acting",
         "a_replay_is_byte_identical_to_the_recorded_json",
-        "a_replay_answered_at_once_agrees_with_the_claim",
         "racing_claims_from_many_connections_check_tool_and_arguments_on_every_path",
     ] {
         let ran = run_case(flawed(Flaw::None), case);
@@ -259,7 +266,7 @@ fn main() {
     harness::main(trials!(plain;
         a_store_that_lets_duplicates_through_fails_the_suite,
         a_store_that_forgets_completions_fails_the_suite,
-        a_store_that_replays_at_once_whatever_the_arguments_fails_the_suite,
+        a_store_offering_only_the_protocol_passes_it_and_has_the_record_cases_ignored,
         the_same_cases_pass_on_a_store_without_the_flaw,
         a_step_the_store_does_not_offer_is_reported_ignored_not_passed,
         a_store_that_retains_by_expiry_is_checked_for_expiry_instead_of_purges,

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use idempotent_tools::store::{Purger, PurgerError};
 use idempotent_tools::{
-    Claim, ClaimAnswer, ClaimRequest, Finished, Forget, Key, MemoryStore, Store, StoreError,
-    StoreFuture, StoreResult,
+    Claim, ClaimAnswer, ClaimRequest, Finished, Forget, Key, MemoryStore, Record, RecordCount,
+    RecordPage, RecordQuery, Records, Store, StoreError, StoreFuture, StoreResult,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -61,6 +61,9 @@ impl Store for Counting {
     fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
         self.inner.renew(claim, lease)
     }
+}
+
+impl Records for Counting {
     fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
         self.purges.send_modify(|n| *n += 1);
         if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
@@ -71,6 +74,15 @@ impl Store for Counting {
     }
     fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
         self.inner.forget_with(key, how)
+    }
+    fn list<'a>(&'a self, query: &'a RecordQuery) -> StoreFuture<'a, StoreResult<RecordPage>> {
+        self.inner.list(query)
+    }
+    fn inspect<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<Option<Record>>> {
+        self.inner.inspect(key)
+    }
+    fn count(&self) -> StoreFuture<'_, StoreResult<Vec<RecordCount>>> {
+        self.inner.count()
     }
 }
 

@@ -14,7 +14,7 @@ use idempotent_tools::testing::conformance::Suite;
 use idempotent_tools::testing::conformance::kit::{
     CountingProvider as Provider, RefundError, fresh_run, refund_call, refund_key, refunds,
 };
-use idempotent_tools::{Call, Error, Key, MemoryStore, Run, Store};
+use idempotent_tools::{Call, Error, Key, MemoryStore, Records, Run, Store};
 
 async fn a_record_is_replayed_within_its_retention_and_forgotten_after() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
@@ -237,6 +237,7 @@ macro_rules! paused {
 
 fn main() {
     let mut trials = Suite::new(|_scope| async { MemoryStore::new() })
+        .with_records()
         .within_one_process()
         .trials();
     trials.extend(paused!(

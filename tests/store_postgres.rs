@@ -149,6 +149,7 @@ async fn drop_schema(scope: Scope) {
 
 fn main() {
     let mut trials = Suite::new(in_scope)
+        .with_records()
         .requiring_env(URL)
         .cleaning_up(drop_schema)
         .racing_callers(200)

@@ -139,6 +139,7 @@ async fn drop_prefix(scope: Scope) {
 
 fn main() {
     let mut trials = Suite::new(in_scope)
+        .with_records()
         .requiring_env(URL)
         .cleaning_up(drop_prefix)
         .racing_callers(200)

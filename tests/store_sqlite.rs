@@ -175,6 +175,7 @@ fn opening_without_create_refuses_a_file_without_the_schema() {
 
 fn main() {
     let mut trials = Suite::new(in_scope)
+        .with_records()
         .racing_callers(200)
         .purging_in_batches()
         .counting_statements(SqliteStore::statements)

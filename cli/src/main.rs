@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use idempotent_tools::store::{DEFAULT_PAGE, MAX_PAGE};
-use idempotent_tools::{Forget, Key, Record, RecordQuery, RecordState, Store, StoreError};
+use idempotent_tools::{Forget, Key, Record, RecordQuery, RecordState, Records, StoreError};
 use serde_json::json;
 
 use crate::error::{CliError, Exit};
@@ -225,7 +225,7 @@ fn write(out: &mut impl Write, text: &str) -> Result<(), CliError> {
     writeln!(out, "{text}").map_err(CliError::Output)
 }
 
-async fn list(store: &dyn Store, args: ListArgs, out: &mut impl Write) -> Result<(), CliError> {
+async fn list(store: &dyn Records, args: ListArgs, out: &mut impl Write) -> Result<(), CliError> {
     let mut query = RecordQuery::new().limit(args.limit);
     if let Some(state) = args.state {
         query = query.state(state.into());
@@ -271,7 +271,7 @@ async fn list(store: &dyn Store, args: ListArgs, out: &mut impl Write) -> Result
     Ok(())
 }
 
-async fn show(store: &dyn Store, args: ShowArgs, out: &mut impl Write) -> Result<(), CliError> {
+async fn show(store: &dyn Records, args: ShowArgs, out: &mut impl Write) -> Result<(), CliError> {
     let record = match (args.key, args.digest) {
         (_, Some(prefix)) => by_digest(store, &prefix).await?,
         // Clap asks for a key when no digest is given.
@@ -299,7 +299,7 @@ async fn show(store: &dyn Store, args: ShowArgs, out: &mut impl Write) -> Result
 }
 
 /// The one record whose key's digest begins with `prefix`.
-async fn by_digest(store: &dyn Store, prefix: &str) -> Result<Record, CliError> {
+async fn by_digest(store: &dyn Records, prefix: &str) -> Result<Record, CliError> {
     let hex = prefix.trim().to_ascii_lowercase();
     if hex.is_empty() || hex.len() > 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
         return Err(CliError::BadDigest(prefix.to_owned()));
@@ -325,7 +325,11 @@ async fn by_digest(store: &dyn Store, prefix: &str) -> Result<Record, CliError> 
     }
 }
 
-async fn forget(store: &dyn Store, args: ForgetArgs, out: &mut impl Write) -> Result<(), CliError> {
+async fn forget(
+    store: &dyn Records,
+    args: ForgetArgs,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
     let key = Key::parse(&args.key).map_err(CliError::BadKey)?;
     let record = store
         .inspect(&key)

@@ -10,7 +10,7 @@ use idempotent_tools::store::postgres::deadpool_postgres::{Manager, Pool, Runtim
 use idempotent_tools::store::postgres::tokio_postgres::{Config, NoTls};
 use idempotent_tools::store::redis::DEFAULT_PREFIX;
 use idempotent_tools::store::{RedisStore, SqliteStore};
-use idempotent_tools::{Store, StoreError};
+use idempotent_tools::{Records, StoreError};
 
 use crate::error::CliError;
 
@@ -67,7 +67,7 @@ impl Target {
 
     /// Opens the store, checking that it holds this library's schema and
     /// creating nothing.
-    pub async fn open(&self) -> Result<Arc<dyn Store>, CliError> {
+    pub async fn open(&self) -> Result<Arc<dyn Records>, CliError> {
         let opened = match self {
             Target::Sqlite(path) => {
                 if !path.is_file() {
@@ -77,7 +77,7 @@ impl Target {
                     .create(false)
                     .connections(1)
                     .open()
-                    .map(|store| Arc::new(store) as Arc<dyn Store>)
+                    .map(|store| Arc::new(store) as Arc<dyn Records>)
             }
             Target::Postgres(url) => {
                 let mut config: Config = url.parse().map_err(|e| CliError::BadUrl {
@@ -108,7 +108,7 @@ impl Target {
                 store
                     .check_schema()
                     .await
-                    .map(|()| Arc::new(store) as Arc<dyn Store>)
+                    .map(|()| Arc::new(store) as Arc<dyn Records>)
             }
             // Redis keeps no schema: the prefix is the whole of the store's
             // layout, and a prefix with nothing under it is an empty store.
@@ -116,7 +116,7 @@ impl Target {
                 .prefix(prefix.as_str())
                 .connect()
                 .await
-                .map(|store| Arc::new(store) as Arc<dyn Store>),
+                .map(|store| Arc::new(store) as Arc<dyn Records>),
         };
         opened.map_err(|source| match source {
             StoreError::MissingSchema => CliError::MissingSchema {

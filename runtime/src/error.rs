@@ -98,13 +98,13 @@ pub enum Error {
     /// again, or its result could not be stored. Check with the provider,
     /// then, if the action did not happen, forget the key to allow a retry:
     /// with the operator's tool (`idempotent-tools forget KEY`) or
-    /// [`Store::forget`](crate::Store::forget). If it did happen, leave the
+    /// [`Records::forget`](crate::store::Records::forget). If it did happen, leave the
     /// key, and every call keeps answering this instead of acting twice.
     #[error(
         "the outcome of an earlier call under key `{key}` is not on record (its holder stopped \
          mid-action, or its result could not be stored), so the action was not run again; \
          check with the provider, then, if it did not happen, forget the key \
-         (`idempotent-tools forget '{key}'`, or `Store::forget`) to allow a retry"
+         (`idempotent-tools forget '{key}'`, or `Records::forget`) to allow a retry"
     )]
     UnknownOutcome {
         /// The key whose outcome is unknown.

@@ -68,8 +68,8 @@ pub use store::RedisStore;
 pub use store::SqliteStore;
 pub use store::{
     Claim, ClaimAnswer, ClaimRequest, Forget, IntoStore, MemoryStore, Record, RecordCount,
-    RecordPage, RecordQuery, RecordState, Store, StoreError, StoreFuture, StoreResult, Wait,
-    default_store, set_default_store,
+    RecordPage, RecordQuery, RecordState, Records, Store, StoreError, StoreFuture, StoreResult,
+    Wait, default_store, set_default_store,
 };
 pub use tool::ToolId;
 

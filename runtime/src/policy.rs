@@ -31,7 +31,7 @@ pub enum Takeover {
     Rerun,
     /// Do not run it. Record the outcome as unknown, and answer this call and
     /// every later one with [`Error::UnknownOutcome`](crate::Error::UnknownOutcome)
-    /// until an operator [forgets](crate::Store::forget) the key. For
+    /// until an operator [forgets](crate::store::Records::forget) the key. For
     /// providers that take no key.
     ReportUnknown,
 }

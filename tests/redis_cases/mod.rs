@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use idempotent_tools::store::RedisStore;
 use idempotent_tools::store::redis::redis;
-use idempotent_tools::{ClaimAnswer, ClaimRequest, Store};
+use idempotent_tools::{ClaimAnswer, ClaimRequest, Records, Store};
 use tracing::instrument::WithSubscriber;
 use tracing_subscriber::layer::SubscriberExt;
 

@@ -5,7 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use idempotent_tools::store::RedisStore;
-use idempotent_tools::{Ending, Forget, RecordQuery, Store};
+use idempotent_tools::{Ending, Forget, RecordQuery, Records};
 
 use crate::commands::every_command;
 use crate::records::{CANCEL, REFUND, claim, finish, finish_keeping, fresh_run, key};

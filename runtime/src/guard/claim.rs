@@ -11,6 +11,7 @@ use std::time::SystemTime;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
+use super::memory;
 use crate::error::Error;
 use crate::key::{Key, PendingKey};
 use crate::observe;
@@ -59,10 +60,10 @@ impl Call {
                 &default
             }
         };
-        if !store.answers_at_once() {
+        let Some(memory) = memory(store) else {
             let store = Arc::clone(store);
             return Begin::Later(Box::pin(self.take().claiming(store, None)));
-        }
+        };
         // A repeat of a finished call is found by the key's text, so its
         // key is never made a shared value; any other call claims the key.
         enum Probed {
@@ -72,7 +73,7 @@ impl Call {
         let (lease, retention) = (self.policy.get().lease, self.policy.get().retention);
         let probed = observe::timed_now(&**store, "claim", || {
             let mut lent = None;
-            store.replay_at_once(
+            memory.replay_at_once(
                 self.key.as_str(),
                 &self.tool,
                 self.fingerprint,

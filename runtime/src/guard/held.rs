@@ -15,7 +15,7 @@
 //! - the lease is renewed on a task of its own, beside the action, so a
 //!   stalled store never stalls the action.
 //!
-//! Stores that answer at once ([`Store::answers_at_once`]: the memory store)
+//! Stores that answer at once (the memory store)
 //! are called inline: nothing there can be interrupted halfway.
 
 use std::future::Future;
@@ -25,6 +25,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::answers_at_once;
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
 use crate::observe;
@@ -88,7 +89,7 @@ pub(crate) fn claim<'a>(
     asked: Asked<'a>,
 ) -> StoreFuture<'a, StoreResult<Answer>> {
     let lease = asked.lease;
-    if store.answers_at_once() {
+    if answers_at_once(store) {
         return match store.claim(asked.request()).into_ready() {
             Ok(state) => StoreFuture::ready(state.map(|state| Answer::new(state, store, lease))),
             Err(pending) => {
@@ -203,7 +204,7 @@ impl Held {
         let lease_end = self.renewal.take().map(|r| r.lease_end.get());
         let store = Arc::clone(&self.store);
         let claim = self.claim.clone();
-        if store.answers_at_once() {
+        if answers_at_once(&store) {
             match store.complete(&claim, finished.clone()).into_ready() {
                 Ok(Err(StoreError::Unavailable(_) | StoreError::Unrecordable(_))) | Err(_) => {}
                 Ok(done) => return StoreFuture::ready(done),
@@ -223,7 +224,7 @@ impl Held {
         self.renewal = None;
         let store = Arc::clone(&self.store);
         let claim = self.claim.clone();
-        if store.answers_at_once()
+        if answers_at_once(&store)
             && let Ok(Ok(()) | Err(StoreError::LeaseLost)) = store.release(&claim).into_ready()
         {
             return StoreFuture::ready(());
@@ -248,7 +249,7 @@ impl Drop for Held {
         // The memory store releases synchronously. A store that does I/O
         // releases on a task of its own; with no runtime left, its lease
         // frees the claim.
-        if self.store.answers_at_once() {
+        if answers_at_once(&self.store) {
             let _ = self.store.release(&self.claim).into_ready();
         } else if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let store = Arc::clone(&self.store);

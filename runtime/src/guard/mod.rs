@@ -13,6 +13,26 @@ mod claim;
 mod drive;
 mod held;
 
+use std::any::Any;
+use std::sync::Arc;
+
+use crate::store::{MemoryStore, Store};
+
 pub use active::current_key;
 pub use call::Call;
 pub(crate) use drive::{ErrorCodec, drive};
+
+/// The memory store, if `store` is one. Its steps are ready as soon as they
+/// are asked, so the guard calls it inline and reads a replay in place: a
+/// path private to the crate. Every other store, a wrapper around a memory
+/// store included, runs its steps on tasks of their own, so that a call
+/// dropped at any `.await` never leaves a claim nobody owns nor loses the
+/// record of an action that ran.
+fn memory(store: &Arc<dyn Store>) -> Option<&MemoryStore> {
+    (&**store as &dyn Any).downcast_ref::<MemoryStore>()
+}
+
+/// Whether every step of `store` is ready at once (see [`memory`]).
+fn answers_at_once(store: &Arc<dyn Store>) -> bool {
+    memory(store).is_some()
+}

@@ -25,7 +25,7 @@ pub enum StoreError {
     /// JSON refuse it on completion, before a replay could trip on it.
     #[error("the result cannot be stored faithfully as JSON")]
     Unrecordable(#[source] serde_json::Error),
-    /// [`Store::forget_with`] was asked to remove a claim whose lease is
+    /// [`Records::forget_with`](super::Records::forget_with) was asked to remove a claim whose lease is
     /// live: its action may be running right now, and forgetting it would
     /// let a repeat run the action a second time alongside it.
     #[error(

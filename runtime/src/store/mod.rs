@@ -22,11 +22,11 @@ mod default;
 mod durable;
 mod error;
 mod future;
-mod inspect;
 pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod purger;
+mod records;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -38,13 +38,14 @@ pub use claim::{Claim, ClaimAnswer, ClaimRequest, Wait};
 pub use default::{IntoStore, default_store, set_default_store};
 pub use error::{StoreError, StoreResult};
 pub use future::StoreFuture;
-pub use inspect::{
-    DEFAULT_PAGE, Forget, MAX_PAGE, Record, RecordCount, RecordPage, RecordQuery, RecordState,
-};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
 pub use purger::{Purger, PurgerError};
+pub use records::{
+    DEFAULT_PAGE, Forget, MAX_PAGE, Record, RecordCount, RecordPage, RecordQuery, RecordState,
+    Records,
+};
 #[cfg(feature = "redis")]
 pub use redis::RedisStore;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -52,12 +53,11 @@ pub use schema::SCHEMA_VERSION;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
-use crate::fingerprint::Fingerprint;
-use crate::key::Key;
+use std::any::Any;
+
 use crate::record::Finished;
 #[cfg(doc)]
 use crate::record::Recorded;
-use crate::tool::ToolId;
 
 /// Where claims and records live.
 ///
@@ -86,20 +86,27 @@ use crate::tool::ToolId;
 ///
 /// A step's future may be dropped at any `.await`: the step then happened
 /// or did not, and nothing else. The guard never leaves a claim behind on
-/// that account: for stores that do I/O it runs claims, completions and
-/// releases on tasks of their own ([`Store::answers_at_once`]).
+/// that account: it runs claims, completions and releases on tasks of their
+/// own.
+///
+/// # The operator's calls
+///
+/// Listing, inspecting, counting, forgetting and purging records are not
+/// part of the protocol the guard needs: a store offers them by also
+/// implementing [`Records`], which the command-line tool, the [`Purger`]
+/// and the conformance suite's record cases use.
 ///
 /// # Writing a store
 ///
-/// A store of one's own implements the required methods and keeps the
-/// defaults of the rest:
+/// A store of one's own implements the four steps and keeps the defaults of
+/// the two hints:
 ///
 /// ```
 /// use std::time::Duration;
 /// use idempotent_tools::store::{
-///     Claim, ClaimAnswer, ClaimRequest, Forget, Store, StoreFuture, StoreResult,
+///     Claim, ClaimAnswer, ClaimRequest, Store, StoreFuture, StoreResult,
 /// };
-/// use idempotent_tools::{Finished, Key, MemoryStore};
+/// use idempotent_tools::{Finished, MemoryStore};
 ///
 /// /// A memory store that counts claims.
 /// struct Counting {
@@ -121,15 +128,9 @@ use crate::tool::ToolId;
 ///     fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
 ///         self.inner.renew(claim, lease)
 ///     }
-///     fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
-///         self.inner.purge_expired()
-///     }
-///     fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
-///         self.inner.forget_with(key, how)
-///     }
 /// }
 /// ```
-pub trait Store: Send + Sync + 'static {
+pub trait Store: Any + Send + Sync {
     /// Claims a key, atomically: the caller holds it, or learns who does,
     /// or gets the finished record, or a conflict.
     ///
@@ -199,135 +200,10 @@ pub trait Store: Send + Sync + 'static {
     /// Cancel safe: the lease is renewed or not.
     fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>>;
 
-    /// Removes finished records whose retention has passed. Returns how many
-    /// were removed. Never removes a held claim.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::Unavailable`] or [`StoreError::Backend`] if a purge
-    /// statement fails; batches already purged stay purged.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: each batch is removed whole or not at all, and the next
-    /// purge picks up what is left.
-    fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>>;
-
-    /// Removes what is recorded under a key, so the action may run again:
-    /// for operators resolving an unknown outcome or a crashed holder.
-    /// Returns whether anything was removed.
-    ///
-    /// With [`Forget::UnlessLive`], a finished record or a claim whose lease
-    /// ran out is removed, and a claim whose lease is live is refused with
-    /// [`StoreError::LiveClaim`]. With [`Forget::Force`], a live claim is
-    /// removed too and its waiters are woken; its holder's completion then
-    /// reports [`StoreError::LeaseLost`].
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::LiveClaim`] for a live claim under
-    /// [`Forget::UnlessLive`]; [`StoreError::Unavailable`] if the store
-    /// cannot be reached.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: the record is removed or not.
-    fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>>;
-
-    /// [`Store::forget_with`] with [`Forget::UnlessLive`]: never removes a
-    /// claim whose action may be running.
-    ///
-    /// # Errors
-    ///
-    /// As [`Store::forget_with`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`Store::forget_with`].
-    fn forget<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<bool>> {
-        self.forget_with(key, Forget::UnlessLive)
-    }
-
-    /// Lists records matching `query`, one page at a time, in the order of
-    /// their keys' text. For operators; the guard never calls it.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::Unsupported`] from a store that does not list (the
-    /// default); [`StoreError::Unavailable`] if the store cannot be reached;
-    /// [`StoreError::Corrupt`] for a record it cannot read.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    fn list<'a>(&'a self, query: &'a RecordQuery) -> StoreFuture<'a, StoreResult<RecordPage>> {
-        let _ = query;
-        StoreFuture::ready(Err(StoreError::Unsupported("list")))
-    }
-
-    /// Reads one key's record in full, if there is one.
-    ///
-    /// # Errors
-    ///
-    /// As [`Store::list`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    fn inspect<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<Option<Record>>> {
-        let _ = key;
-        StoreFuture::ready(Err(StoreError::Unsupported("inspect")))
-    }
-
-    /// Counts records by tool and state, in the order of tool, then state.
-    ///
-    /// # Errors
-    ///
-    /// As [`Store::list`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    fn count(&self) -> StoreFuture<'_, StoreResult<Vec<RecordCount>>> {
-        StoreFuture::ready(Err(StoreError::Unsupported("count")))
-    }
-
     /// The store's kind as traces and metrics name it: `memory`, `sqlite`,
     /// `postgres`, or `custom` for stores written elsewhere.
     fn kind(&self) -> &'static str {
         "custom"
-    }
-
-    /// Whether every method's future is ready as soon as it is returned
-    /// (the memory store). The guard then calls the store inline. Otherwise
-    /// it runs claims, completions and releases on tasks of their own, so
-    /// that a call dropped at any `.await` never leaves a claim nobody owns
-    /// nor loses the record of an action that ran.
-    fn answers_at_once(&self) -> bool {
-        false
-    }
-
-    /// Hands `replay` the record of `key`'s finished action, if
-    /// [`Store::claim`] would answer [`ClaimAnswer::Completed`] with it for
-    /// this tool and fingerprint: a replay answered from memory, by the
-    /// key's text.
-    ///
-    /// A store that [answers at once](Store::answers_at_once) is asked this
-    /// before the claim, so that a repeat of a finished call never makes
-    /// its key a shared value. The record is lent, not returned, so the
-    /// guard reads the result out of it where it lies (the memory store
-    /// calls `replay` under its shard's read lock) and a replay allocates
-    /// nothing but the clone of the result. Not calling `replay` is always
-    /// a correct answer (the default): the guard then claims as usual. A
-    /// store calls it at most once.
-    fn replay_at_once(
-        &self,
-        key: &str,
-        tool: &ToolId,
-        fingerprint: Fingerprint,
-        replay: &mut dyn FnMut(&Finished),
-    ) {
-        let _ = (key, tool, fingerprint, replay);
     }
 
     /// How often the guard renews a held claim's lease while its action runs,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
-use super::{IntoStore, Store};
+use super::Records;
 
 /// Why a [`Purger`] could not start.
 #[derive(Debug, thiserror::Error)]
@@ -61,13 +61,15 @@ pub struct Purger {
 }
 
 impl Purger {
-    /// Starts purging `store` every `every` on the current Tokio runtime.
-    pub fn start(store: impl IntoStore, every: Duration) -> Result<Purger, PurgerError> {
+    /// Starts purging `store` every `every` on the current Tokio runtime:
+    /// any store that offers the operator's calls ([`Records`]), passed as
+    /// an `Arc` of it.
+    pub fn start(store: Arc<dyn Records>, every: Duration) -> Result<Purger, PurgerError> {
         if every.is_zero() {
             return Err(PurgerError::ZeroInterval);
         }
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| PurgerError::NoRuntime)?;
-        let task = runtime.spawn(purge_every(store.into_store(), every));
+        let task = runtime.spawn(purge_every(store, every));
         Ok(Purger {
             task: Some(task),
             every,
@@ -111,7 +113,7 @@ impl fmt::Debug for Purger {
     }
 }
 
-async fn purge_every(store: Arc<dyn Store>, every: Duration) {
+async fn purge_every(store: Arc<dyn Records>, every: Duration) {
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {

@@ -9,8 +9,8 @@ use super::{Backend, Completion, Durable, Holder, encode};
 use crate::key::Key;
 use crate::record::Finished;
 use crate::store::{
-    Claim, ClaimAnswer, ClaimRequest, Forget, Record, RecordCount, RecordPage, RecordQuery, Store,
-    StoreError, StoreFuture, StoreResult,
+    Claim, ClaimAnswer, ClaimRequest, Forget, Record, RecordCount, RecordPage, RecordQuery,
+    Records, Store, StoreError, StoreFuture, StoreResult,
 };
 
 impl<D: Durable> Store for D {
@@ -53,6 +53,18 @@ impl<D: Durable> Store for D {
         })
     }
 
+    fn kind(&self) -> &'static str {
+        D::Backend::KIND
+    }
+
+    /// A third of the lease: two renewals may fail or come late before
+    /// another process takes the claim over.
+    fn renew_every(&self, lease: Duration) -> Option<Duration> {
+        Some(lease / 3)
+    }
+}
+
+impl<D: Durable> Records for D {
     fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
         let backend = self.backend();
         StoreFuture::boxed(async move {
@@ -115,16 +127,6 @@ impl<D: Durable> Store for D {
             counts.sort_by(|a, b| (&a.tool, a.state).cmp(&(&b.tool, b.state)));
             Ok(counts)
         })
-    }
-
-    fn kind(&self) -> &'static str {
-        D::Backend::KIND
-    }
-
-    /// A third of the lease: two renewals may fail or come late before
-    /// another process takes the claim over.
-    fn renew_every(&self, lease: Duration) -> Option<Duration> {
-        Some(lease / 3)
     }
 }
 

@@ -19,8 +19,8 @@ mod steps;
 mod sweeper;
 
 use super::{
-    Claim, ClaimAnswer, ClaimRequest, Forget, Record, RecordCount, RecordPage, RecordQuery, Store,
-    StoreError, StoreFuture, StoreResult,
+    Claim, ClaimAnswer, ClaimRequest, Forget, Record, RecordCount, RecordPage, RecordQuery,
+    Records, Store, StoreError, StoreFuture, StoreResult,
 };
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
@@ -186,22 +186,14 @@ impl Store for MemoryStore {
         })
     }
 
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+}
+
+impl Records for MemoryStore {
     fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
         StoreFuture::ready(Ok(self.inner.sweep()))
-    }
-
-    fn answers_at_once(&self) -> bool {
-        true
-    }
-
-    fn replay_at_once(
-        &self,
-        key: &str,
-        tool: &ToolId,
-        fingerprint: Fingerprint,
-        replay: &mut dyn FnMut(&Finished),
-    ) {
-        self.inner.replay_now(key, tool, fingerprint, replay);
     }
 
     fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
@@ -225,8 +217,24 @@ impl Store for MemoryStore {
     fn count(&self) -> StoreFuture<'_, StoreResult<Vec<RecordCount>>> {
         StoreFuture::ready(Ok(self.inner.count_now()))
     }
+}
 
-    fn kind(&self) -> &'static str {
-        "memory"
+/// The guard's fast path, private to the crate: every step of this store
+/// is ready at once, so the guard calls it inline, and a repeat of a
+/// finished call reads the record where it lies.
+impl MemoryStore {
+    /// Hands `replay` the record of `key`'s finished action, if a claim
+    /// would answer [`ClaimAnswer::Completed`] with it for this tool and
+    /// fingerprint. The record is lent under the shard's read lock, so the
+    /// guard reads the result out of it in place; not calling `replay` means
+    /// the guard claims as usual.
+    pub(crate) fn replay_at_once(
+        &self,
+        key: &str,
+        tool: &ToolId,
+        fingerprint: Fingerprint,
+        replay: &mut dyn FnMut(&Finished),
+    ) {
+        self.inner.replay_now(key, tool, fingerprint, replay);
     }
 }

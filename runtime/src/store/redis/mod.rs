@@ -35,7 +35,7 @@
 //! Records are kept by key expiry (`PEXPIREAT`): a held claim expires its
 //! retention after its lease, a finished record its retention after
 //! finishing. No purge job is needed, and
-//! [`Store::purge_expired`] removes nothing and
+//! [`Records::purge_expired`] removes nothing and
 //! returns 0.
 
 mod builder;
@@ -54,8 +54,8 @@ use redis::aio::ConnectionManager;
 
 use self::listener::Listener;
 use super::{
-    Claim, ClaimAnswer, ClaimRequest, Forget, Record, RecordCount, RecordPage, RecordQuery, Store,
-    StoreFuture, StoreResult,
+    Claim, ClaimAnswer, ClaimRequest, Forget, Record, RecordCount, RecordPage, RecordQuery,
+    Records, Store, StoreFuture, StoreResult,
 };
 use crate::key::Key;
 use crate::record::Finished;
@@ -232,6 +232,18 @@ impl Store for RedisStore {
         StoreFuture::boxed(self.inner.renew(claim, lease))
     }
 
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    /// A third of the lease: two renewals may fail or come late before
+    /// another host takes the claim over.
+    fn renew_every(&self, lease: Duration) -> Option<Duration> {
+        Some(lease / 3)
+    }
+}
+
+impl Records for RedisStore {
     /// Returns 0 at once: records leave by key expiry.
     fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
         StoreFuture::ready(Ok(0))
@@ -251,15 +263,5 @@ impl Store for RedisStore {
 
     fn count(&self) -> StoreFuture<'_, StoreResult<Vec<RecordCount>>> {
         StoreFuture::boxed(self.inner.count())
-    }
-
-    fn kind(&self) -> &'static str {
-        "redis"
-    }
-
-    /// A third of the lease: two renewals may fail or come late before
-    /// another host takes the claim over.
-    fn renew_every(&self, lease: Duration) -> Option<Duration> {
-        Some(lease / 3)
     }
 }

@@ -4,8 +4,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use super::kit::NOT_OFFERED;
 use super::processes::Scene;
 use crate::Store;
+use crate::store::Records;
 
 /// How many statements the case's store has sent so far.
 pub(crate) type Statements = Arc<dyn Fn() -> u64 + Send + Sync>;
@@ -19,6 +21,8 @@ pub(crate) type Connect =
 /// The store a case runs against, with what the suite knows of it.
 pub(crate) struct Subject {
     pub(crate) store: Arc<dyn Store>,
+    /// The same store as [`Records`], if it offers them.
+    pub(crate) records: Option<Arc<dyn Records>>,
     pub(crate) statements: Option<Statements>,
     pub(crate) callers: usize,
     /// `None` for a store within one process: it has one connection.
@@ -33,6 +37,17 @@ pub(crate) struct Connections {
 }
 
 impl Subject {
+    /// The store's operator's calls, or the end of the case, reported
+    /// ignored, if the suite was not told the store offers them.
+    pub(crate) fn records(&self) -> Arc<dyn Records> {
+        self.records.clone().unwrap_or_else(|| {
+            panic!(
+                "{NOT_OFFERED} the operator's calls (`Records`), or the suite was not told: \
+                 call `Suite::with_records`; the case is ignored"
+            )
+        })
+    }
+
     /// The statement counter; the case needs [`Need::Statements`].
     pub(crate) fn statements(&self) -> Statements {
         self.statements
@@ -113,6 +128,10 @@ macro_rules! case {
     };
     ($name:ident, [$($need:ident),*]) => {
         case!($name, [$($need),*], |subject| $name(subject.store))
+    };
+    // A case that also calls the store's `Records`: ignored without them.
+    ($name:ident, [$($need:ident),*], records) => {
+        case!($name, [$($need),*], |subject| $name(subject.records()))
     };
 }
 pub(crate) use case;

@@ -15,6 +15,7 @@ use super::kit::{
     CountingProvider, Ends, Holder, RACING_CLAIMS, RefundError, Refunded, fresh_run,
     race_for_one_key, refund_call, refund_key, refunds, within,
 };
+use crate::store::Records;
 use crate::{Call, ConflictReason, Error, Outcome, Store};
 
 pub(super) fn cases() -> Vec<Case> {
@@ -41,7 +42,7 @@ pub(super) fn cases() -> Vec<Case> {
         ),
         case!(recorded_errors_replay_without_acting, []),
         case!(a_record_past_its_retention_is_acted_again, []),
-        case!(a_purge_never_removes_a_held_claim, [PurgeJob]),
+        case!(a_purge_never_removes_a_held_claim, [PurgeJob], records),
         case!(the_action_sees_its_own_key, []),
     ]
 }
@@ -294,7 +295,8 @@ async fn a_record_past_its_retention_is_acted_again(store: Arc<dyn Store>) {
     assert_eq!(provider.refunds(), 2);
 }
 
-async fn a_purge_never_removes_a_held_claim(store: Arc<dyn Store>) {
+async fn a_purge_never_removes_a_held_claim(records: Arc<dyn Records>) {
+    let store: Arc<dyn Store> = records.clone();
     let run = fresh_run();
     let provider = Arc::new(CountingProvider::default());
     let holder = Holder::start(
@@ -303,7 +305,7 @@ async fn a_purge_never_removes_a_held_claim(store: Arc<dyn Store>) {
         Ends::Refunding,
     )
     .await;
-    store.purge_expired().await.expect("purge");
+    records.purge_expired().await.expect("purge");
     let during = refund_call(&store, &run, "1182", 42)
         .wait(Duration::from_millis(100))
         .run(refunds(&provider, 42))
@@ -314,7 +316,7 @@ async fn a_purge_never_removes_a_held_claim(store: Arc<dyn Store>) {
     );
     let _ = holder.finish().await.expect("first");
     assert_eq!(provider.refunds(), 1);
-    assert!(store.purge_expired().await.expect("purge") >= 1);
+    assert!(records.purge_expired().await.expect("purge") >= 1);
 }
 
 async fn the_action_sees_its_own_key(store: Arc<dyn Store>) {

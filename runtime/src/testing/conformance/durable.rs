@@ -11,6 +11,7 @@ use super::kit::{
     CountingProvider, RefundError, claimed, finished, fresh_run, offered, refund_call, refund_key,
     refunds, request, within,
 };
+use crate::store::Records;
 use crate::{Call, ClaimAnswer, ClaimRequest, Ending, Error, Key, Store, StoreError};
 
 pub(super) fn cases() -> Vec<Case> {
@@ -19,7 +20,7 @@ pub(super) fn cases() -> Vec<Case> {
             a_purge_deletes_expired_records_in_batches_and_keeps_held_claims_and_live_records,
             [BatchPurge, PurgeJob],
             |s| a_purge_deletes_expired_records_in_batches_and_keeps_held_claims_and_live_records(
-                s.store,
+                s.records(),
                 s.statements
             )
         ),
@@ -35,11 +36,13 @@ pub(super) fn cases() -> Vec<Case> {
         case!(a_key_of_a_hundred_kilobytes_is_claimed_and_replayed, []),
         case!(
             purging_while_expired_keys_are_claimed_again_never_acts_twice,
-            [PurgeJob]
+            [PurgeJob],
+            records
         ),
         case!(
             forgetting_removes_a_finished_record_but_never_a_live_claim,
-            []
+            [],
+            records
         ),
         case!(
             a_result_that_cannot_be_stored_faithfully_is_refused_before_any_replay,
@@ -47,7 +50,8 @@ pub(super) fn cases() -> Vec<Case> {
         ),
         case!(
             a_finished_record_past_its_retention_vanishes_without_a_purge,
-            [Expiry]
+            [Expiry],
+            records
         ),
     ]
 }
@@ -139,9 +143,10 @@ async fn a_key_of_a_hundred_kilobytes_is_claimed_and_replayed(store: Arc<dyn Sto
 
 /// `store` must purge at most [`PURGE_BATCH`] rows per statement.
 async fn a_purge_deletes_expired_records_in_batches_and_keeps_held_claims_and_live_records(
-    store: Arc<dyn Store>,
+    records: Arc<dyn Records>,
     statements: Option<Statements>,
 ) {
+    let store: Arc<dyn Store> = records.clone();
     let run = fresh_run();
     for order in 0..25 {
         let key = refund_key(&run, &order.to_string());
@@ -175,7 +180,7 @@ async fn a_purge_deletes_expired_records_in_batches_and_keeps_held_claims_and_li
         .expect("complete");
 
     let before = statements.as_ref().map(|count| count());
-    assert_eq!(store.purge_expired().await.expect("purge"), 25);
+    assert_eq!(records.purge_expired().await.expect("purge"), 25);
     if let (Some(count), Some(before)) = (&statements, before) {
         assert_eq!(count() - before, 3, "25 rows in batches of {PURGE_BATCH}");
     }
@@ -198,7 +203,8 @@ async fn a_purge_deletes_expired_records_in_batches_and_keeps_held_claims_and_li
         .expect("complete");
 }
 
-async fn purging_while_expired_keys_are_claimed_again_never_acts_twice(store: Arc<dyn Store>) {
+async fn purging_while_expired_keys_are_claimed_again_never_acts_twice(records: Arc<dyn Records>) {
+    let store: Arc<dyn Store> = records.clone();
     let run = fresh_run();
     let provider = Arc::new(CountingProvider::default());
     let orders = 50;
@@ -213,10 +219,10 @@ async fn purging_while_expired_keys_are_claimed_again_never_acts_twice(store: Ar
     // Every record has expired: each key acts exactly once more, however the
     // purges and the duplicates interleave.
     let purger = {
-        let store = store.clone();
+        let records = records.clone();
         tokio::spawn(async move {
             for _ in 0..20 {
-                store.purge_expired().await.expect("purge");
+                records.purge_expired().await.expect("purge");
                 tokio::task::yield_now().await;
             }
         })
@@ -239,7 +245,8 @@ async fn purging_while_expired_keys_are_claimed_again_never_acts_twice(store: Ar
     assert_eq!(provider.refunds(), 2 * orders);
 }
 
-async fn forgetting_removes_a_finished_record_but_never_a_live_claim(store: Arc<dyn Store>) {
+async fn forgetting_removes_a_finished_record_but_never_a_live_claim(records: Arc<dyn Records>) {
+    let store: Arc<dyn Store> = records.clone();
     let run = fresh_run();
     let done_key = refund_key(&run, "done");
     let claim = claimed(&*store, request(&done_key, Duration::from_secs(30))).await;
@@ -250,9 +257,9 @@ async fn forgetting_removes_a_finished_record_but_never_a_live_claim(store: Arc<
     let held_key = refund_key(&run, "held");
     let held = claimed(&*store, request(&held_key, Duration::from_secs(30))).await;
 
-    assert!(offered(store.forget(&done_key).await));
+    assert!(offered(records.forget(&done_key).await));
     assert!(matches!(
-        store.forget(&held_key).await,
+        records.forget(&held_key).await,
         Err(StoreError::LiveClaim { .. })
     ));
     claimed(&*store, request(&done_key, Duration::from_secs(30))).await;
@@ -309,7 +316,8 @@ async fn a_result_that_cannot_be_stored_faithfully_is_refused_before_any_replay(
     assert_eq!(provider.refunds(), 1);
 }
 
-async fn a_finished_record_past_its_retention_vanishes_without_a_purge(store: Arc<dyn Store>) {
+async fn a_finished_record_past_its_retention_vanishes_without_a_purge(records: Arc<dyn Records>) {
+    let store: Arc<dyn Store> = records.clone();
     let key = refund_key(&fresh_run(), "1182");
     let claim = claimed(
         &*store,
@@ -326,7 +334,7 @@ async fn a_finished_record_past_its_retention_vanishes_without_a_purge(store: Ar
     // Expiry is the store's clock at work, not a synchronisation: look
     // again until the record is gone, for at most PATIENCE.
     within("the record's expiry", async {
-        while offered(store.inspect(&key).await).is_some() {
+        while offered(records.inspect(&key).await).is_some() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     })

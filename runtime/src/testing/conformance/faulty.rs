@@ -7,8 +7,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::{
-    Claim, ClaimAnswer, ClaimRequest, Finished, Forget, Key, Store, StoreError, StoreFuture,
-    StoreResult,
+    Claim, ClaimAnswer, ClaimRequest, Finished, Store, StoreError, StoreFuture, StoreResult,
 };
 
 /// A store with faults put in: renewals that stall until let through (as a
@@ -79,16 +78,6 @@ impl Store for Faulty {
             self.let_renewals_through.notified().await;
             self.inner.renew(claim, lease).await
         })
-    }
-    fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
-        self.inner.purge_expired()
-    }
-    fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
-        self.inner.forget_with(key, how)
-    }
-    fn answers_at_once(&self) -> bool {
-        // Failing completions take the path of stores that do I/O.
-        self.inner.answers_at_once() && self.failing_completions.load(Ordering::SeqCst) == 0
     }
     fn renew_every(&self, lease: Duration) -> Option<Duration> {
         if self.stall_renewals {

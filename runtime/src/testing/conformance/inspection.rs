@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use super::case::{Case, case};
 use super::kit::{fresh_run, offered, refund_key, usd};
+use crate::store::Records;
 use crate::{
     Claim, ClaimAnswer, ClaimRequest, Ending, Finished, Forget, Key, RecordQuery, RecordState,
     Recorded, Run, Store, StoreError, ToolId,
@@ -19,15 +20,16 @@ use crate::{
 
 pub(super) fn cases() -> Vec<Case> {
     vec![
-        case!(records_are_listed_by_state_tool_and_run, []),
-        case!(a_listing_pages_through_every_record_once, []),
+        case!(records_are_listed_by_state_tool_and_run, [], records),
+        case!(a_listing_pages_through_every_record_once, [], records),
         case!(
             an_age_filter_keeps_only_records_that_changed_long_enough_ago,
-            []
+            [],
+            records
         ),
-        case!(one_record_reads_in_full, []),
-        case!(counts_are_by_tool_and_state, []),
-        case!(forgetting_refuses_a_live_claim_unless_forced, []),
+        case!(one_record_reads_in_full, [], records),
+        case!(counts_are_by_tool_and_state, [], records),
+        case!(forgetting_refuses_a_live_claim_unless_forced, [], records),
     ]
 }
 
@@ -112,7 +114,8 @@ fn keys(page: &crate::RecordPage) -> Vec<String> {
         .collect()
 }
 
-async fn records_are_listed_by_state_tool_and_run(store: Arc<dyn Store>) {
+async fn records_are_listed_by_state_tool_and_run(records: Arc<dyn Records>) {
+    let store: Arc<dyn Store> = records.clone();
     let (run, _held) = one_of_each(&*store).await;
     let other_run = fresh_run();
     finish(
@@ -125,7 +128,7 @@ async fn records_are_listed_by_state_tool_and_run(store: Arc<dyn Store>) {
     .await;
     let mine = RecordQuery::new().run(run.as_str());
 
-    let all = offered(store.list(&mine).await);
+    let all = offered(records.list(&mine).await);
     let expect = ["a-held", "b-done", "c-unknown", "d-error"]
         .map(|order| refund_key(&run, order).as_str().to_owned());
     assert_eq!(keys(&all), expect);
@@ -137,16 +140,17 @@ async fn records_are_listed_by_state_tool_and_run(store: Arc<dyn Store>) {
         (RecordState::Unknown, "c-unknown"),
         (RecordState::RecordedError, "d-error"),
     ] {
-        let page = offered(store.list(&mine.clone().state(state)).await);
+        let page = offered(records.list(&mine.clone().state(state)).await);
         assert_eq!(keys(&page), [refund_key(&run, order).as_str()], "{state}");
         assert_eq!(page.records[0].state, state);
     }
-    let cancels = offered(store.list(&mine.clone().tool(CANCEL.as_str())).await);
+    let cancels = offered(records.list(&mine.clone().tool(CANCEL.as_str())).await);
     assert_eq!(keys(&cancels), [refund_key(&run, "d-error").as_str()]);
     assert_eq!(cancels.records[0].tool, CANCEL);
 }
 
-async fn a_listing_pages_through_every_record_once(store: Arc<dyn Store>) {
+async fn a_listing_pages_through_every_record_once(records: Arc<dyn Records>) {
+    let store: Arc<dyn Store> = records.clone();
     let run = fresh_run();
     let mut expect = Vec::new();
     for n in 0..7 {
@@ -158,7 +162,7 @@ async fn a_listing_pages_through_every_record_once(store: Arc<dyn Store>) {
     let mut query = RecordQuery::new().run(run.as_str()).limit(3);
     let mut pages = 0;
     loop {
-        let page = offered(store.list(&query).await);
+        let page = offered(records.list(&query).await);
         pages += 1;
         assert!(page.records.len() <= 3);
         seen.extend(keys(&page));
@@ -171,7 +175,8 @@ async fn a_listing_pages_through_every_record_once(store: Arc<dyn Store>) {
     assert_eq!(pages, 3);
 }
 
-async fn an_age_filter_keeps_only_records_that_changed_long_enough_ago(store: Arc<dyn Store>) {
+async fn an_age_filter_keeps_only_records_that_changed_long_enough_ago(records: Arc<dyn Records>) {
+    let store: Arc<dyn Store> = records.clone();
     let (run, _held) = one_of_each(&*store).await;
     let two_hours_ago = SystemTime::now() - Duration::from_secs(2 * 3600);
     let old = refund_key(&run, "e-old");
@@ -189,22 +194,23 @@ async fn an_age_filter_keeps_only_records_that_changed_long_enough_ago(store: Ar
     // Finished two hours ago; the rest just now, and the held claim's
     // lease is live, so it has no age yet.
     let an_hour = offered(
-        store
+        records
             .list(&mine.clone().older_than(Duration::from_secs(3600)))
             .await,
     );
     assert_eq!(keys(&an_hour), [old.as_str()]);
     let three_hours = offered(
-        store
+        records
             .list(&mine.older_than(Duration::from_secs(3 * 3600)))
             .await,
     );
     assert!(three_hours.records.is_empty(), "{:?}", keys(&three_hours));
 }
 
-async fn one_record_reads_in_full(store: Arc<dyn Store>) {
+async fn one_record_reads_in_full(records: Arc<dyn Records>) {
+    let store: Arc<dyn Store> = records.clone();
     let (run, held) = one_of_each(&*store).await;
-    let done = offered(store.inspect(&refund_key(&run, "b-done")).await).expect("a record");
+    let done = offered(records.inspect(&refund_key(&run, "b-done")).await).expect("a record");
     assert_eq!(done.key, refund_key(&run, "b-done"));
     assert_eq!(done.tool, REFUND);
     assert_eq!(done.state, RecordState::Done);
@@ -220,21 +226,22 @@ async fn one_record_reads_in_full(store: Arc<dyn Store>) {
     assert!(done.finished_at.is_some());
     assert!(done.expires_at.is_some_and(|at| at > SystemTime::now()));
 
-    let claimed = offered(store.inspect(&refund_key(&run, "a-held")).await).expect("a record");
+    let claimed = offered(records.inspect(&refund_key(&run, "a-held")).await).expect("a record");
     assert_eq!(claimed.state, RecordState::Held);
     assert_eq!(claimed.owner, Some(held.owner));
     assert_eq!(claimed.fence, held.fence);
     assert!(claimed.result.is_none());
     assert!(claimed.lease_is_live(SystemTime::now()));
 
-    let missing = offered(store.inspect(&refund_key(&run, "never")).await);
+    let missing = offered(records.inspect(&refund_key(&run, "never")).await);
     assert!(missing.is_none());
 }
 
-async fn counts_are_by_tool_and_state(store: Arc<dyn Store>) {
-    let before = offered(store.count().await);
+async fn counts_are_by_tool_and_state(records: Arc<dyn Records>) {
+    let store: Arc<dyn Store> = records.clone();
+    let before = offered(records.count().await);
     let (_run, _held) = one_of_each(&*store).await;
-    let after = offered(store.count().await);
+    let after = offered(records.count().await);
     let of = |counts: &[crate::RecordCount], tool: &ToolId, state| {
         counts
             .iter()
@@ -259,11 +266,12 @@ async fn counts_are_by_tool_and_state(store: Arc<dyn Store>) {
     );
 }
 
-async fn forgetting_refuses_a_live_claim_unless_forced(store: Arc<dyn Store>) {
+async fn forgetting_refuses_a_live_claim_unless_forced(records: Arc<dyn Records>) {
+    let store: Arc<dyn Store> = records.clone();
     let (run, held) = one_of_each(&*store).await;
     let held_key = refund_key(&run, "a-held");
 
-    let refused = match store.forget(&held_key).await {
+    let refused = match records.forget(&held_key).await {
         Err(StoreError::Unsupported(step)) => offered(Err(StoreError::Unsupported(step))),
         other => other.expect_err("a live claim"),
     };
@@ -272,14 +280,18 @@ async fn forgetting_refuses_a_live_claim_unless_forced(store: Arc<dyn Store>) {
         "{refused:?}"
     );
     assert!(refused.to_string().contains("lease is live"), "{refused}");
-    assert!(offered(store.inspect(&held_key).await).is_some());
+    assert!(offered(records.inspect(&held_key).await).is_some());
 
-    assert!(offered(store.forget(&refund_key(&run, "c-unknown")).await));
-    assert!(!offered(store.forget(&refund_key(&run, "c-unknown")).await));
-    assert!(!offered(store.forget(&refund_key(&run, "never")).await));
+    assert!(offered(
+        records.forget(&refund_key(&run, "c-unknown")).await
+    ));
+    assert!(!offered(
+        records.forget(&refund_key(&run, "c-unknown")).await
+    ));
+    assert!(!offered(records.forget(&refund_key(&run, "never")).await));
 
-    assert!(offered(store.forget_with(&held_key, Forget::Force).await));
-    assert!(offered(store.inspect(&held_key).await).is_none());
+    assert!(offered(records.forget_with(&held_key, Forget::Force).await));
+    assert!(offered(records.inspect(&held_key).await).is_none());
     // The forced holder's completion changes nothing.
     let late = Finished {
         ending: Ending::Ok,

@@ -24,8 +24,7 @@
 //! ```no_run
 //! use idempotent_tools::testing::conformance::{Scope, Suite};
 //! use idempotent_tools::{
-//!     Claim, ClaimAnswer, ClaimRequest, Finished, Forget, Key, MemoryStore, Store, StoreFuture,
-//!     StoreResult,
+//!     Claim, ClaimAnswer, ClaimRequest, Finished, MemoryStore, Store, StoreFuture, StoreResult,
 //! };
 //! use std::time::Duration;
 //!
@@ -45,12 +44,6 @@
 //!     fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
 //!         self.0.renew(claim, lease)
 //!     }
-//!     fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>> {
-//!         self.0.purge_expired()
-//!     }
-//!     fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
-//!         self.0.forget_with(key, how)
-//!     }
 //! }
 //!
 //! fn main() {
@@ -68,9 +61,11 @@
 //! A case the store cannot take part in is reported *ignored*, with the
 //! reason, never passed: an OS-process case for a store
 //! [within one process](Suite::within_one_process), a statement count for a
-//! store that does not [count them](Suite::counting_statements), a listing
-//! for a store whose [`Store::list`] is [`StoreError::Unsupported`](crate::StoreError::Unsupported), every
-//! case when the server's address [is not set](Suite::requiring_env).
+//! store that does not [count them](Suite::counting_statements), the record
+//! cases for a store that does not offer [`Records`]
+//! ([`Suite::with_records`]) or answers a step with
+//! [`StoreError::Unsupported`](crate::StoreError::Unsupported), every case
+//! when the server's address [is not set](Suite::requiring_env).
 //!
 //! To run a store's own cases beside the suite, take the suite's
 //! [trials](Suite::trials) and add yours:
@@ -97,7 +92,6 @@ pub mod kit;
 mod leases;
 pub mod processes;
 mod releases;
-mod replays;
 mod scope;
 mod trial;
 
@@ -110,6 +104,7 @@ use libtest_mimic::{Arguments, Trial};
 pub use scope::Scope;
 
 use crate::Store;
+use crate::store::Records;
 
 /// The rows a purge deletes per statement in the batch-purging case, for a
 /// store [purging in batches](Suite::purging_in_batches): its factory reads
@@ -119,6 +114,7 @@ pub const PURGE_BATCH: usize = 10;
 type Make<S> = dyn Fn(Scope) -> Pin<Box<dyn Future<Output = S>>> + Send + Sync;
 type CleanUp = dyn Fn(Scope) -> Pin<Box<dyn Future<Output = ()>>> + Send + Sync;
 type Count<S> = dyn Fn(&S) -> u64 + Send + Sync;
+type AsRecords<S> = fn(Arc<S>) -> Arc<dyn Records>;
 
 /// The conformance suite for one kind of store: what the store can and
 /// cannot do, and how to make a fresh one for each case.
@@ -128,6 +124,7 @@ pub struct Suite<S> {
     make: Arc<Make<S>>,
     clean_up: Option<Arc<CleanUp>>,
     count: Option<Arc<Count<S>>>,
+    records: Option<AsRecords<S>>,
     one_process: bool,
     batches: bool,
     expiry: bool,
@@ -148,6 +145,7 @@ impl<S: Store> Suite<S> {
             make: Arc::new(move |scope| Box::pin(make(scope))),
             clean_up: None,
             count: None,
+            records: None,
             one_process: false,
             batches: false,
             expiry: false,
@@ -187,7 +185,7 @@ impl<S: Store> Suite<S> {
 
     /// The store forgets a record when its retention runs out by itself
     /// (key expiry, as on Redis), so it needs no purge job and
-    /// [`Store::purge_expired`] returns 0. The cases that purge are left out,
+    /// [`Records::purge_expired`] returns 0. The cases that purge are left out,
     /// and one that waits for a finished record to vanish runs instead.
     pub fn retaining_by_expiry(mut self) -> Suite<S> {
         self.expiry = true;
@@ -232,5 +230,16 @@ impl<S: Store> Suite<S> {
     /// `harness = false` test target's `main`.
     pub fn run(self) -> ! {
         libtest_mimic::run(&Arguments::from_args(), self.trials()).exit()
+    }
+}
+
+impl<S: Records> Suite<S> {
+    /// The store also offers the operator's calls ([`Records`]): the cases
+    /// that list, inspect, count, forget and purge records run. Without it
+    /// they are reported ignored, and a store that implements only
+    /// [`Store`] passes every protocol case.
+    pub fn with_records(mut self) -> Suite<S> {
+        self.records = Some(|store| store);
+        self
     }
 }

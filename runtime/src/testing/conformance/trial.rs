@@ -19,7 +19,6 @@ use crate::Store;
 pub(super) fn trials<S: Store>(suite: Arc<Suite<S>>) -> Vec<Trial> {
     let mut cases = super::claims::cases();
     cases.extend(super::releases::cases());
-    cases.extend(super::replays::cases());
     cases.extend(super::cancellation::cases());
     cases.extend(super::leases::cases());
     cases.extend(super::durable::cases());
@@ -174,6 +173,7 @@ impl<S: Store> Suite<S> {
                 let store = self.open(scope).await;
                 body(Subject {
                     statements: counter(self.count.as_ref(), &store),
+                    records: self.records.map(|records| records(store.clone())),
                     store,
                     callers: self.callers,
                     connect,
@@ -183,8 +183,9 @@ impl<S: Store> Suite<S> {
             Body::Processes(scenario) => {
                 // The parent opens the store first (creating its file or
                 // schema), as an operator's first start would.
-                let store: Arc<dyn Store> = self.open(scope.clone()).await;
-                let scene = Scene::within(scope, store);
+                let store = self.open(scope.clone()).await;
+                let records = self.records.map(|records| records(store.clone()));
+                let scene = Scene::within(scope, records);
                 tokio::task::spawn_blocking(move || scenario(&scene))
                     .await
                     .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));

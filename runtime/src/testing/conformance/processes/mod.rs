@@ -29,7 +29,8 @@ use child::{final_word, report_of};
 use role::{FileProvider, LEASE_MS, PROVIDER, RUN, key_of, now_ms};
 pub(crate) use role::{play, role};
 
-use crate::{Key, Record, Store, StoreError};
+use crate::store::Records;
+use crate::{Key, Record};
 
 pub(super) fn cases() -> Vec<Case> {
     let scenario = |name, play| Case {
@@ -72,8 +73,9 @@ pub struct Scene {
     /// Owns the scene's directory, when the scene made it.
     _dir: Option<TempDir>,
     /// The parent's own store on the scene, with the runtime it runs on,
-    /// when the suite plays the scene: a scenario reads records through it.
-    parent: Option<(Arc<dyn Store>, Handle)>,
+    /// when the suite plays the scene and the store offers [`Records`]: a
+    /// scenario reads records through it.
+    parent: Option<(Arc<dyn Records>, Handle)>,
     /// The run id every child builds its key from.
     run: String,
 }
@@ -96,12 +98,12 @@ impl Scene {
     }
 
     /// A scene in a case's scope, whose directory the case owns, beside
-    /// the parent's own `store`.
-    pub(crate) fn within(scope: Scope, store: Arc<dyn Store>) -> Scene {
+    /// the parent's own store, if it offers [`Records`].
+    pub(crate) fn within(scope: Scope, records: Option<Arc<dyn Records>>) -> Scene {
         Scene {
             scope,
             _dir: None,
-            parent: Some((store, Handle::current())),
+            parent: records.map(|records| (records, Handle::current())),
             run: fresh_run().to_string(),
         }
     }
@@ -145,14 +147,12 @@ impl Scene {
 
 impl Scene {
     /// The key's record as the parent's store reads it, if the suite plays
-    /// the scene and the store offers [`Store::inspect`]. Called from the
+    /// the scene and the store offers [`Records::inspect`]. Called from the
     /// scenario's blocking thread.
     fn record(&self) -> Option<Record> {
         let (store, runtime) = self.parent.as_ref()?;
-        match runtime.block_on(store.inspect(&self.key())) {
-            Err(StoreError::Unsupported(_)) => None,
-            read => Some(read.expect("inspect").expect("the claim's record")),
-        }
+        let read = runtime.block_on(store.inspect(&self.key()));
+        Some(read.expect("inspect").expect("the claim's record"))
     }
 }
 

@@ -1,5 +1,6 @@
-//! What an operator reads of a store: records listed with filters and
-//! paging, one record in full, counts by state and tool.
+//! The operator's calls on a store ([`Records`]) and what they read:
+//! records listed with filters and paging, one record in full, counts by
+//! state and tool.
 //!
 //! The guard never calls these; they are for dashboards, scripts and the
 //! command-line tool, to find and resolve what the guard cannot (an unknown
@@ -8,6 +9,9 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
+#[cfg(doc)]
+use super::StoreError;
+use super::{Store, StoreFuture, StoreResult};
 use crate::key::Key;
 use crate::record::{Ending, Recorded};
 use crate::tool::ToolId;
@@ -17,6 +21,113 @@ pub const MAX_PAGE: usize = 1000;
 
 /// The records a page holds unless a query says otherwise.
 pub const DEFAULT_PAGE: usize = 100;
+
+/// The operator's calls on a store: list, inspect and count its records,
+/// forget a key, purge what has expired.
+///
+/// Not part of the claim protocol: the guard never calls them, and a store
+/// that implements only [`Store`] guards calls as well as any. A store that
+/// also implements `Records` can be read and cleaned by the command-line
+/// tool, kept by a [`Purger`](super::Purger), and run through the
+/// conformance suite's record cases. Every store of this crate implements
+/// it.
+///
+/// ```
+/// use idempotent_tools::store::{MemoryStore, RecordQuery, Records};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), idempotent_tools::store::StoreError> {
+/// let store = MemoryStore::new();
+/// let page = store.list(&RecordQuery::new()).await?;
+/// assert!(page.records.is_empty());
+/// assert_eq!(store.purge_expired().await?, 0);
+/// # Ok(()) }
+/// ```
+pub trait Records: Store {
+    /// Removes finished records whose retention has passed. Returns how many
+    /// were removed. Never removes a held claim.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] or [`StoreError::Backend`] if a purge
+    /// statement fails; batches already purged stay purged.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: each batch is removed whole or not at all, and the next
+    /// purge picks up what is left.
+    fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>>;
+
+    /// Removes what is recorded under a key, so the action may run again:
+    /// for operators resolving an unknown outcome or a crashed holder.
+    /// Returns whether anything was removed.
+    ///
+    /// With [`Forget::UnlessLive`], a finished record or a claim whose lease
+    /// ran out is removed, and a claim whose lease is live is refused with
+    /// [`StoreError::LiveClaim`]. With [`Forget::Force`], a live claim is
+    /// removed too and its waiters are woken; its holder's completion then
+    /// reports [`StoreError::LeaseLost`].
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::LiveClaim`] for a live claim under
+    /// [`Forget::UnlessLive`]; [`StoreError::Unavailable`] if the store
+    /// cannot be reached.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the record is removed or not.
+    fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>>;
+
+    /// [`Records::forget_with`] with [`Forget::UnlessLive`]: never removes a
+    /// claim whose action may be running.
+    ///
+    /// # Errors
+    ///
+    /// As [`Records::forget_with`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Records::forget_with`].
+    fn forget<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<bool>> {
+        self.forget_with(key, Forget::UnlessLive)
+    }
+
+    /// Lists records matching `query`, one page at a time, in the order of
+    /// their keys' text. For operators; the guard never calls it.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Unavailable`] if the store cannot be reached;
+    /// [`StoreError::Corrupt`] for a record it cannot read.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    fn list<'a>(&'a self, query: &'a RecordQuery) -> StoreFuture<'a, StoreResult<RecordPage>>;
+
+    /// Reads one key's record in full, if there is one.
+    ///
+    /// # Errors
+    ///
+    /// As [`Records::list`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    fn inspect<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<Option<Record>>>;
+
+    /// Counts records by tool and state, in the order of tool, then state.
+    ///
+    /// # Errors
+    ///
+    /// As [`Records::list`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    fn count(&self) -> StoreFuture<'_, StoreResult<Vec<RecordCount>>>;
+}
 
 /// Where a record stands, as an operator filters on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -310,7 +421,7 @@ impl RecordCount {
     }
 }
 
-/// What [`Store::forget_with`](crate::Store::forget_with) may remove.
+/// What [`Records::forget_with`] may remove.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Forget {
