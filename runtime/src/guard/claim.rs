@@ -6,12 +6,12 @@ use std::future::Future;
 use std::mem;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use super::memory;
+use super::{answers_at_once, memory};
 use crate::error::Error;
 use crate::key::{Key, PendingKey};
 use crate::observe;
@@ -20,14 +20,16 @@ use crate::outcome::{
 };
 use crate::policy::Takeover;
 use crate::record::{Ending, Finished, Recorded};
-use crate::store::{Store, StoreResult, default_store};
+use crate::store::{
+    ClaimAnswer, ClaimRequest, Store, StoreFuture, StoreResult, Wait, default_store,
+};
 use crate::tool::ToolId;
 
 use super::acting::Acting;
 use super::active;
 use super::call::Call;
 use super::drive::ErrorCodec;
-use super::held::{self, Answer, Asked, Held};
+use super::held::{Held, detached};
 
 impl Call {
     /// Claims the key: everything before the action, with no type of the
@@ -88,14 +90,14 @@ impl Call {
                 return Probed::Replayed(ending);
             }
             let key = self.key.share().clone();
-            let asked = Asked {
+            let request = ClaimRequest {
                 key: &key,
                 tool: &self.tool,
                 fingerprint: self.fingerprint,
                 lease,
                 retention,
             };
-            let ready = held::claim(store, asked).into_ready().ok();
+            let ready = claim(store, request).into_ready().ok();
             Probed::Claimed(key, ready)
         });
         let (key, ready) = match probed {
@@ -131,8 +133,8 @@ impl Call {
         }
     }
 
-    fn asked<'a>(&'a self, key: &'a Key) -> Asked<'a> {
-        Asked {
+    fn request<'a>(&'a self, key: &'a Key) -> ClaimRequest<'a> {
+        ClaimRequest {
             key,
             tool: &self.tool,
             fingerprint: self.fingerprint,
@@ -154,8 +156,7 @@ impl Call {
             let answer = match first.take() {
                 Some(answer) => answer,
                 None => {
-                    match observe::timed(&*store, "claim", held::claim(&store, self.asked(&key)))
-                        .await
+                    match observe::timed(&*store, "claim", claim(&store, self.request(&key))).await
                     {
                         Ok(answer) => answer,
                         Err(cause) => {
@@ -368,6 +369,64 @@ impl Ended {
                 note,
             }),
             Ended::Failed(error) => Err(error.into()),
+        }
+    }
+}
+
+/// What a claim found, with a held claim already in the guard's hands.
+enum Answer {
+    /// This call holds the claim and must act.
+    Claimed(Held),
+    /// The action finished earlier.
+    Completed(Finished),
+    /// Another call holds the claim for the same request.
+    InFlight(Wait),
+    /// The key was used for a different request.
+    Conflict {
+        reason: ConflictReason,
+        first: Option<Recorded>,
+    },
+}
+
+/// Claims a key. For stores that do I/O the claim runs on a task of its own:
+/// if this future is dropped while the claim is on the wire, the task still
+/// gets the answer, and a claim nobody will use is released at once.
+///
+/// Ready at once for stores that answer at once, so the guard's own future
+/// carries no state for the other path.
+fn claim<'a>(
+    store: &'a Arc<dyn Store>,
+    request: ClaimRequest<'a>,
+) -> StoreFuture<'a, StoreResult<Answer>> {
+    let lease = request.lease;
+    if answers_at_once(store) {
+        return match store.claim(request).into_ready() {
+            Ok(state) => StoreFuture::ready(state.map(|state| Answer::new(state, store, lease))),
+            Err(pending) => {
+                StoreFuture::boxed(async move { Ok(Answer::new(pending.await?, store, lease)) })
+            }
+        };
+    }
+    let (key, tool) = (request.key.clone(), request.tool.clone());
+    let store = Arc::clone(store);
+    StoreFuture::boxed(detached(async move {
+        let request = ClaimRequest {
+            key: &key,
+            tool: &tool,
+            ..request
+        };
+        let state = store.claim(request).await?;
+        Ok(Answer::new(state, &store, lease))
+    }))
+}
+
+impl Answer {
+    fn new(state: ClaimAnswer, store: &Arc<dyn Store>, lease: Duration) -> Answer {
+        match state {
+            ClaimAnswer::Claimed(claim) => Answer::Claimed(Held::new(store, claim, lease)),
+            ClaimAnswer::Completed(finished) => Answer::Completed(finished),
+            ClaimAnswer::InFlight(wait) => Answer::InFlight(wait),
+            ClaimAnswer::Conflict { reason, first } => Answer::Conflict { reason, first },
         }
     }
 }

@@ -26,15 +26,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::answers_at_once;
-use crate::fingerprint::Fingerprint;
-use crate::key::Key;
 use crate::observe;
-use crate::outcome::ConflictReason;
 use crate::record::{Ending, Finished, Recorded};
-use crate::store::{
-    Claim, ClaimAnswer, ClaimRequest, Store, StoreError, StoreFuture, StoreResult, Wait,
-};
-use crate::tool::ToolId;
+use crate::store::{Claim, Store, StoreError, StoreFuture, StoreResult};
 
 /// The first pause before a store step is tried again.
 const RETRY_FIRST: Duration = Duration::from_millis(10);
@@ -42,97 +36,9 @@ const RETRY_FIRST: Duration = Duration::from_millis(10);
 /// The longest pause between two tries.
 const RETRY_MAX: Duration = Duration::from_secs(1);
 
-/// What a claim found, with a held claim already in the guard's hands.
-pub(crate) enum Answer {
-    /// This call holds the claim and must act.
-    Claimed(Held),
-    /// The action finished earlier.
-    Completed(Finished),
-    /// Another call holds the claim for the same request.
-    InFlight(Wait),
-    /// The key was used for a different request.
-    Conflict {
-        reason: ConflictReason,
-        first: Option<Recorded>,
-    },
-}
-
-/// What the guard asks the store to claim.
-pub(crate) struct Asked<'a> {
-    pub key: &'a Key,
-    pub tool: &'a ToolId,
-    pub fingerprint: Fingerprint,
-    pub lease: Duration,
-    pub retention: Duration,
-}
-
-impl<'a> Asked<'a> {
-    fn request(&self) -> ClaimRequest<'a> {
-        ClaimRequest {
-            key: self.key,
-            tool: self.tool,
-            fingerprint: self.fingerprint,
-            lease: self.lease,
-            retention: self.retention,
-        }
-    }
-}
-
-/// Claims a key. For stores that do I/O the claim runs on a task of its own:
-/// if this future is dropped while the claim is on the wire, the task still
-/// gets the answer, and a claim nobody will use is released at once.
-///
-/// Ready at once for stores that answer at once, so the guard's own future
-/// carries no state for the other path.
-pub(crate) fn claim<'a>(
-    store: &'a Arc<dyn Store>,
-    asked: Asked<'a>,
-) -> StoreFuture<'a, StoreResult<Answer>> {
-    let lease = asked.lease;
-    if answers_at_once(store) {
-        return match store.claim(asked.request()).into_ready() {
-            Ok(state) => StoreFuture::ready(state.map(|state| Answer::new(state, store, lease))),
-            Err(pending) => {
-                StoreFuture::boxed(async move { Ok(Answer::new(pending.await?, store, lease)) })
-            }
-        };
-    }
-    let (key, tool) = (asked.key.clone(), asked.tool.clone());
-    let (fingerprint, retention) = (asked.fingerprint, asked.retention);
-    let store = Arc::clone(store);
-    StoreFuture::boxed(detached(async move {
-        let asked = Asked {
-            key: &key,
-            tool: &tool,
-            fingerprint,
-            lease,
-            retention,
-        };
-        let state = store.claim(asked.request()).await?;
-        Ok(Answer::new(state, &store, lease))
-    }))
-}
-
-impl Answer {
-    fn new(state: ClaimAnswer, store: &Arc<dyn Store>, lease: Duration) -> Answer {
-        match state {
-            ClaimAnswer::Claimed(claim) => Answer::Claimed(Held {
-                store: Arc::clone(store),
-                claim,
-                lease,
-                armed: true,
-                renewal: None,
-            }),
-            ClaimAnswer::Completed(finished) => Answer::Completed(finished),
-            ClaimAnswer::InFlight(wait) => Answer::InFlight(wait),
-            ClaimAnswer::Conflict { reason, first } => Answer::Conflict { reason, first },
-        }
-    }
-}
-
 /// Runs a store step to its end even if the caller stops waiting: on a task
 /// of its own when there is a runtime to spawn it on.
-async fn detached<T: Send + 'static>(
+pub(super) async fn detached<T: Send + 'static>(
     step: impl Future<Output = StoreResult<T>> + Send + 'static,
 ) -> StoreResult<T> {
     match tokio::runtime::Handle::try_current() {
@@ -156,6 +62,18 @@ pub(crate) struct Held {
 }
 
 impl Held {
+    /// The claim `claim`, just won in `store`, armed: dropped unused, it is
+    /// released.
+    pub(super) fn new(store: &Arc<dyn Store>, claim: Claim, lease: Duration) -> Held {
+        Held {
+            store: Arc::clone(store),
+            claim,
+            lease,
+            armed: true,
+            renewal: None,
+        }
+    }
+
     /// Whether this claim took over from a holder whose lease ran out.
     pub(crate) fn taken_over(&self) -> bool {
         self.claim.taken_over
