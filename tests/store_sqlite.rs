@@ -67,10 +67,22 @@ async fn a_database_locked_past_the_busy_timeout_is_unavailable_and_nothing_runs
 fn a_file_that_cannot_be_opened_is_a_typed_error() {
     let dir = temp_dir();
     let missing = dir.path().join("no-such-directory").join("claims.db");
-    let opened = SqliteStore::open(missing);
+    let Err(err) = SqliteStore::open(&missing) else {
+        panic!("a file in a missing directory cannot be opened");
+    };
+    assert!(matches!(err, StoreError::CannotOpen { .. }), "{err:?}");
+    // The message names the store and the place; the cause follows in the
+    // error's chain, once.
+    let message = err.to_string();
+    assert!(message.contains("SQLite"), "{message}");
     assert!(
-        matches!(opened, Err(StoreError::Unavailable(_))),
-        "{opened:?}"
+        message.contains(&missing.display().to_string()),
+        "{message}"
+    );
+    let cause = std::error::Error::source(&err).map(ToString::to_string);
+    assert!(
+        cause.is_some_and(|cause| cause.contains("unable to open")),
+        "{err:?}"
     );
 }
 

@@ -175,6 +175,13 @@ impl CliError {
                   `cargo install idempotent-tools-cli --version VERSION`"
                 .into(),
             CliError::Open {
+                source: StoreError::CannotOpen { .. },
+                ..
+            } => "check the path: its directory must exist and this user must be able to \
+                  write there; the application creates the file, so point `--store` at the \
+                  one it uses"
+                .into(),
+            CliError::Open {
                 source: StoreError::Unavailable(_),
                 ..
             }

@@ -14,6 +14,19 @@ pub enum StoreError {
     /// Trying again later may work.
     #[error("the store is unavailable")]
     Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The store could not be opened where it was told to live: a SQLite
+    /// file whose directory is missing or not writable, say. Nothing was
+    /// done; fix the place, then open the store again.
+    #[error("cannot open the {store} store at `{place}`")]
+    CannotOpen {
+        /// The kind of store, as people call it: `SQLite`.
+        store: &'static str,
+        /// Where it was asked to open: the file's path.
+        place: String,
+        /// Why, in the store's own words.
+        #[source]
+        cause: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The store answered with an error.
     #[error("the store failed")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),

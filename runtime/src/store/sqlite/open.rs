@@ -120,8 +120,9 @@ impl SqliteStoreBuilder {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Unavailable`] if the file cannot be opened or is
-    /// locked past the busy timeout, [`StoreError::MissingSchema`] or
+    /// [`StoreError::CannotOpen`] if the file cannot be opened or created,
+    /// naming its path; [`StoreError::Unavailable`] if it is locked past the
+    /// busy timeout; [`StoreError::MissingSchema`] or
     /// [`StoreError::SchemaTooNew`] as above, and [`StoreError::Backend`]
     /// if the file cannot be switched to WAL.
     pub fn open(self) -> StoreResult<SqliteStore> {
@@ -186,7 +187,11 @@ fn connect(path: &Path, busy_timeout: Duration, create: bool) -> StoreResult<Con
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
     }
-    .map_err(store_error)?;
+    .map_err(|cause| StoreError::CannotOpen {
+        store: "SQLite",
+        place: path.display().to_string(),
+        cause: Box::new(cause),
+    })?;
     conn.busy_timeout(busy_timeout).map_err(store_error)?;
     // Switching a new file to WAL takes an exclusive lock, and SQLite
     // answers busy at once, without its busy handler, to a process that
