@@ -3,7 +3,9 @@
 //! model could move. Every test counts what reached the stand-in provider.
 
 use idempotent_tools::testing::{Provider, ProviderError, Refund};
-use idempotent_tools::{CallId, ConflictReason, Error, FreeText, Outcome, Run, idempotent};
+use idempotent_tools::{
+    Call, CallId, ConflictReason, Error, Fingerprint, FreeText, Key, Outcome, Run, idempotent,
+};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
@@ -152,6 +154,148 @@ async fn two_instances_of_one_generic_tool_do_not_replay_each_other() {
     assert!(is_other_tool(&refund(sms.call(&run, "1183".into()).await)));
     assert!(refund(email.call(&run, "1183".into()).await).is_replay());
     assert_eq!(provider.calls_received(), 1);
+}
+
+// ---------------------------------------------------------------------------
+// Two tools named `apply` in one module, each nested in the function of its
+// step, under one key template.
+
+async fn billing(provider: &Provider, run: &Run, order_id: &str) -> Outcome<Refund> {
+    #[idempotent(key = "<run>:step:<order_id>")]
+    async fn apply(
+        #[context] provider: &Provider,
+        run: &Run,
+        order_id: String,
+    ) -> Result<Outcome<Refund>, ShopError> {
+        let _ = run;
+        Ok(provider.refund(&order_id, 1182, None).await?)
+    }
+    refund(apply(provider, run, order_id.into()).await)
+}
+
+async fn shipping(provider: &Provider, run: &Run, order_id: &str) -> Outcome<Refund> {
+    #[idempotent(key = "<run>:step:<order_id>")]
+    async fn apply(
+        #[context] provider: &Provider,
+        run: &Run,
+        order_id: String,
+    ) -> Result<Outcome<Refund>, ShopError> {
+        let _ = run;
+        // The stand-in provider counts a shipment as a refund of 0.
+        Ok(provider.refund(&order_id, 0, None).await?)
+    }
+    refund(apply(provider, run, order_id.into()).await)
+}
+
+#[tokio::test]
+async fn nested_tools_with_one_name_never_replay_each_other() {
+    let provider = Provider::default();
+    let run = run("identity-nested");
+    assert!(billing(&provider, &run, "1191").await.is_fresh());
+    let shipped = shipping(&provider, &run, "1191").await;
+    assert!(
+        is_other_tool(&shipped),
+        "shipping's `apply` is another tool: it must not get billing's result, got {shipped:?}"
+    );
+    // Each still deduplicates its own repeats.
+    assert!(billing(&provider, &run, "1191").await.is_replay());
+    assert_eq!(provider.calls_received(), 1);
+}
+
+/// Methods of two types named alike, each declared in its step's function.
+async fn billing_method(provider: &Provider, run: &Run, order_id: &str) -> Outcome<Refund> {
+    struct Step(Provider);
+    impl Step {
+        #[idempotent(key = "<run>:step-method:<order_id>")]
+        async fn apply(&self, run: &Run, order_id: String) -> Result<Outcome<Refund>, ShopError> {
+            let _ = run;
+            Ok(self.0.refund(&order_id, 1182, None).await?)
+        }
+    }
+    refund(Step(provider.clone()).apply(run, order_id.into()).await)
+}
+
+async fn shipping_method(provider: &Provider, run: &Run, order_id: &str) -> Outcome<Refund> {
+    struct Step(Provider);
+    impl Step {
+        #[idempotent(key = "<run>:step-method:<order_id>")]
+        async fn apply(&self, run: &Run, order_id: String) -> Result<Outcome<Refund>, ShopError> {
+            let _ = run;
+            Ok(self.0.refund(&order_id, 0, None).await?)
+        }
+    }
+    refund(Step(provider.clone()).apply(run, order_id.into()).await)
+}
+
+#[tokio::test]
+async fn nested_methods_of_types_with_one_name_never_replay_each_other() {
+    let provider = Provider::default();
+    let run = run("identity-nested-methods");
+    assert!(billing_method(&provider, &run, "1192").await.is_fresh());
+    assert!(is_other_tool(
+        &shipping_method(&provider, &run, "1192").await
+    ));
+    assert!(billing_method(&provider, &run, "1192").await.is_replay());
+    assert_eq!(provider.calls_received(), 1);
+}
+
+#[idempotent(key = "<run>:unnested:<order_id>")]
+async fn unnested(
+    #[context] provider: &Provider,
+    run: &Run,
+    order_id: String,
+) -> Result<Outcome<Refund>, ShopError> {
+    let _ = run;
+    Ok(provider.refund(&order_id, 42, None).await?)
+}
+
+/// What a deployment before nested identities recorded for `tool`: its
+/// identity was `module::name`.
+async fn earlier_record(tool: &'static str, run: &Run, action: &str, order_id: &str, usd: u64) {
+    let key = Key::builder()
+        .part("run", run)
+        .and_then(|b| b.literal(action))
+        .and_then(|b| b.part("order_id", order_id))
+        .and_then(|b| b.finish())
+        .unwrap_or_else(|e| panic!("key: {e}"));
+    let fingerprint = match action {
+        ":refund:" => Fingerprint::builder()
+            .arg("usd", &usd)
+            .map(|b| b.finish())
+            .unwrap_or_else(|e| panic!("fingerprint: {e}")),
+        _ => Fingerprint::EMPTY,
+    };
+    let refund = Refund {
+        id: "re_earlier".into(),
+        order_id: order_id.into(),
+        usd,
+    };
+    let earlier = Call::new(tool, key)
+        .fingerprint(fingerprint)
+        .run(async { Ok::<_, Error>(refund) })
+        .await;
+    assert!(matches!(earlier, Ok(Outcome::Fresh { .. })), "{earlier:?}");
+}
+
+#[tokio::test]
+async fn a_record_written_under_the_module_and_name_replays_for_a_tool_nested_in_no_function() {
+    let provider = Provider::default();
+    let run = run("identity-unchanged");
+    earlier_record(
+        concat!(module_path!(), "::unnested"),
+        &run,
+        ":unnested:",
+        "1193",
+        42,
+    )
+    .await;
+    assert!(refund(unnested(&provider, &run, "1193".into()).await).is_replay());
+    // Under `#[tracing::instrument]`, which wraps the body in a block.
+    let tool = concat!(module_path!(), "::instrumented_below");
+    earlier_record(tool, &run, ":refund:", "1194", 42).await;
+    let call = instrumented_below(&provider, &run, "1194".into(), 42);
+    assert!(refund(call.await).is_replay());
+    assert_eq!(provider.calls_received(), 0);
 }
 
 // ---------------------------------------------------------------------------

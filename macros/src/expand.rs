@@ -192,6 +192,11 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
 /// where the type is read from `Self` at run time (once per call site), since
 /// two types in one module may each guard a method of one name: `Tool::call`
 /// of a refund and of a cancel must never replay each other.
+///
+/// A tool nested in functions also carries their names (`module::billing::
+/// apply`), read once per call site from the `type_name` of an item declared
+/// in its body, so that an `apply` in `fn billing()` and one in
+/// `fn shipping()` are two tools. One nested in none keeps the identity above.
 fn tool_identity(input: &Input, def: Span) -> TokenStream {
     let Input {
         options,
@@ -205,15 +210,28 @@ fn tool_identity(input: &Input, def: Span) -> TokenStream {
     }
     let name = fn_name.to_string();
     let name = LitStr::new(name.strip_prefix("r#").unwrap_or(&name), fn_name.span());
-    if params.receiver.is_none() {
-        return quote_spanned!(def=> ::core::concat!(::core::module_path!(), "::", #name));
-    }
     let site = Ident::new("__IDEMPOTENT_TOOL", def);
+    let item = Ident::new("__IdempotentSite", def);
     let private = krate.private_at(def);
+    let identity = if params.receiver.is_none() {
+        quote_spanned! {def=>
+            static #site: #private::FnTool = #private::FnTool::new(
+                ::core::concat!(::core::module_path!(), "::", #name),
+                ::core::module_path!(),
+                #name,
+            );
+            #site.get(::core::any::type_name::<#item>())
+        }
+    } else {
+        quote_spanned! {def=>
+            static #site: #private::MethodTool =
+                #private::MethodTool::new(::core::module_path!(), #name);
+            #site.get(::core::any::type_name::<Self>(), ::core::any::type_name::<#item>())
+        }
+    };
     quote_spanned! {def=> {
-        static #site: #private::MethodTool =
-            #private::MethodTool::new(::core::module_path!(), #name);
-        #site.get(::core::any::type_name::<Self>())
+        struct #item;
+        #identity
     }}
 }
 

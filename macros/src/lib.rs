@@ -133,7 +133,9 @@ mod values;
 ///   function is `module::name`, and a method is `module::Type::name`, with
 ///   the type read from `Self` at run time (its own name and its generic
 ///   arguments' names, without their paths), so that `Tool::call` of two
-///   types in one module are two tools.
+///   types in one module are two tools. A tool nested in functions carries
+///   their names too (`module::billing::apply`), so that an `apply` in
+///   `fn billing()` and one in `fn shipping()` are two tools.
 ///
 /// # The function
 ///

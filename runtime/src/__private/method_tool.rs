@@ -3,7 +3,10 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-/// The default identity of a guarded method: `module::Type::method`.
+use super::site::enclosing;
+
+/// The default identity of a guarded method: `module::Type::method`, or
+/// `module::billing::Type::method` for an impl nested in `fn billing()`.
 ///
 /// The attribute sees the method but not its `impl`, so the type is read at
 /// run time from `type_name::<Self>()`. Two types in one module that each
@@ -29,29 +32,33 @@ impl MethodTool {
     }
 
     /// The identity of this method on the type `self_type`, as
-    /// `type_name::<Self>()` writes it.
-    pub fn get(&self, self_type: &'static str) -> &'static str {
+    /// `type_name::<Self>()` writes it; `site` is the `type_name` of an
+    /// item declared in the method's body.
+    pub fn get(&self, self_type: &'static str, site: &'static str) -> &'static str {
         let (first_type, first) = *self
             .first
-            .get_or_init(|| (self_type, self.identity(self_type)));
+            .get_or_init(|| (self_type, self.identity(self_type, site)));
         if first_type == self_type {
             return first;
         }
-        type Table = Mutex<HashMap<(&'static str, &'static str, &'static str), &'static str>>;
+        type Table = Mutex<HashMap<(&'static str, &'static str), &'static str>>;
         static OTHERS: OnceLock<Table> = OnceLock::new();
         let mut others = OTHERS
             .get_or_init(Table::default)
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         others
-            .entry((self.module, self.method, self_type))
-            .or_insert_with(|| self.identity(self_type))
+            .entry((site, self_type))
+            .or_insert_with(|| self.identity(self_type, site))
     }
 
     /// Made once per site and type, and kept for the life of the process.
-    fn identity(&self, self_type: &str) -> &'static str {
+    fn identity(&self, self_type: &str, site: &str) -> &'static str {
+        let parents = enclosing(site, self.module, self.method, true)
+            .map(|parents| parents + "::")
+            .unwrap_or_default();
         let id = format!(
-            "{}::{}::{}",
+            "{}::{parents}{}::{}",
             self.module,
             type_identity(self_type),
             self.method
@@ -104,8 +111,19 @@ mod tests {
     #[test]
     fn a_method_site_names_each_self_type_apart() {
         static SITE: MethodTool = MethodTool::new("shop", "call");
-        assert_eq!(SITE.get("shop::RefundTool"), "shop::RefundTool::call");
-        assert_eq!(SITE.get("shop::CancelTool"), "shop::CancelTool::call");
-        assert_eq!(SITE.get("shop::RefundTool"), "shop::RefundTool::call");
+        let site = "<shop::RefundTool as rig::Tool>::call::Site";
+        assert_eq!(SITE.get("shop::RefundTool", site), "shop::RefundTool::call");
+        assert_eq!(SITE.get("shop::CancelTool", site), "shop::CancelTool::call");
+        assert_eq!(SITE.get("shop::RefundTool", site), "shop::RefundTool::call");
+    }
+
+    #[test]
+    fn a_method_nested_in_a_function_names_it() {
+        static SITE: MethodTool = MethodTool::new("shop", "call");
+        let site = "shop::billing::RefundTool::call::{{closure}}::Site";
+        assert_eq!(
+            SITE.get("shop::billing::RefundTool", site),
+            "shop::billing::RefundTool::call"
+        );
     }
 }

@@ -23,9 +23,11 @@ use crate::outcome::{Outcome, ToolOutput};
 
 mod method_tool;
 mod prepare;
+mod site;
 
 pub use method_tool::{MethodTool, type_identity};
 pub use prepare::{FingerprintArg, Piece, note, prepare, store};
+pub use site::FnTool;
 
 /// The return type of a guarded tool: `Result<O, E>`, where `O` is a
 /// [`ToolOutput`] whose value can be recorded and `E` carries the guard's
