@@ -362,6 +362,78 @@ async fn a_repeat_whose_arguments_carry_a_new_call_id_is_a_replay() {
 }
 
 // ---------------------------------------------------------------------------
+// Call ids under the names the model APIs and agent frameworks give them, as
+// a tool that mirrors one would take them.
+
+#[idempotent(key = "<run>:refund:<order_id>")]
+async fn refund_for_anthropic(
+    #[context] provider: &Provider,
+    run: &Run,
+    order_id: String,
+    usd: u64,
+    tool_use_id: String,
+) -> Result<Outcome<Refund>, ShopError> {
+    let _ = (run, tool_use_id);
+    Ok(provider.refund(&order_id, usd, None).await?)
+}
+
+#[idempotent(key = "<run>:refund:<order_id>")]
+#[allow(non_snake_case)]
+async fn refund_for_vercel(
+    #[context] provider: &Provider,
+    run: &Run,
+    order_id: String,
+    usd: u64,
+    toolCallId: String,
+) -> Result<Outcome<Refund>, ShopError> {
+    let _ = (run, toolCallId);
+    Ok(provider.refund(&order_id, usd, None).await?)
+}
+
+#[tokio::test]
+async fn a_repeat_under_a_new_tool_use_id_is_a_replay() {
+    let provider = Provider::default();
+    let run = run("call-id-tool-use");
+    let ask = |id: &str| refund_for_anthropic(&provider, &run, "1195".into(), 42, id.into());
+    assert!(refund(ask("toolu_01").await).is_fresh());
+    assert!(refund(ask("toolu_02").await).is_replay());
+    assert_eq!(provider.calls_received(), 1);
+}
+
+#[tokio::test]
+async fn a_repeat_under_a_new_call_id_spelt_in_camel_case_is_a_replay() {
+    let provider = Provider::default();
+    let run = run("call-id-camel-case");
+    let ask = |id: &str| refund_for_vercel(&provider, &run, "1196".into(), 42, id.into());
+    assert!(refund(ask("call_a").await).is_fresh());
+    assert!(refund(ask("call_b").await).is_replay());
+    assert_eq!(provider.calls_received(), 1);
+}
+
+/// A customer's refund request, filed before any agent saw it: vouched for
+/// as an id, it names the action.
+#[idempotent(key = "<run>:refund-request:<request_id>")]
+async fn refund_request(
+    #[context] provider: &Provider,
+    run: &Run,
+    #[identifier] request_id: String,
+    usd: u64,
+) -> Result<Outcome<Refund>, ShopError> {
+    let _ = run;
+    Ok(provider.refund(&request_id, usd, None).await?)
+}
+
+#[tokio::test]
+async fn a_request_id_vouched_for_as_an_identifier_keys_one_refund_per_request() {
+    let provider = Provider::default();
+    let run = run("identifier-request-id");
+    assert!(refund(refund_request(&provider, &run, "rq-1".into(), 42).await).is_fresh());
+    assert!(refund(refund_request(&provider, &run, "rq-2".into(), 42).await).is_fresh());
+    assert!(refund(refund_request(&provider, &run, "rq-1".into(), 42).await).is_replay());
+    assert_eq!(provider.calls_received(), 2);
+}
+
+// ---------------------------------------------------------------------------
 // A type of the user's own named `...Context` is part of the ask.
 
 #[derive(Serialize)]

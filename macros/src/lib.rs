@@ -12,7 +12,8 @@
 //! function once and keeps its body as tokens, `params` reads the
 //! parameters, `signature` checks what the function returns, `template`
 //! reads the key template, `resolve` turns its placeholders into a plan of
-//! the key, refusing what may not be keyed, and `expand` writes the tokens.
+//! the key, refusing what may not be keyed (`names` holds the names it
+//! reads as wording or as a call's id), and `expand` writes the tokens.
 //! `instrumented` finds the user's block under `#[tracing::instrument]`,
 //! and `key_part` is the derive.
 #![deny(missing_docs)]
@@ -27,6 +28,7 @@ mod instrumented;
 mod item;
 mod key_part;
 mod krate;
+mod names;
 mod options;
 mod params;
 mod resolve;
@@ -96,11 +98,12 @@ mod values;
 /// an argument or field of the ask named as the model's wording usually is
 /// (`description`, `reason`, `message`, `note`, `text`, `query`, `prompt`,
 /// and the like, or ending in `_reason`, `_note`, ...), unless its argument
-/// is marked `#[identifier]`; a tool-call id (`#[call_id]`, `CallId`, or
-/// named `call_id` or `tool_call_id`), which is new on each call; a
-/// template with no
-/// placeholder, an empty one, an unterminated or empty `<>`, a placeholder
-/// used twice; two placeholders with nothing between them, a literal after a
+/// is marked `#[identifier]`; the id of one call (`#[call_id]`, `CallId`,
+/// or named as the model APIs and agent frameworks name it: `call_id`,
+/// `tool_call_id`, `tool_use_id`, `function_call_id`, `invocation_id`,
+/// `request_id`, in any case), which is new on each call, unless its
+/// argument is marked `#[identifier]`; a template with no placeholder, an
+/// empty one, an unterminated or empty `<>`, a placeholder used twice; two placeholders with nothing between them, a literal after a
 /// placeholder without a separator character, and `%` in literal text, which
 /// would make two asks render one key.
 ///

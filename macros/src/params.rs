@@ -6,9 +6,11 @@
 //!   fingerprinted, so the same key asked with other values is a conflict;
 //! - **free text**: model-authored wording (`#[free_text]`, or typed
 //!   `FreeText<_>`). Never in the key, never fingerprinted;
-//! - **a call id**: the framework's id for one tool call (`#[call_id]`, typed
-//!   `CallId`, or named `call_id` / `tool_call_id`). Never in the key, never
-//!   fingerprinted: it is new for every call;
+//! - **a call id**: the id of one call (`#[call_id]`, typed `CallId`, or
+//!   named as the model APIs and agent frameworks name it, in any case:
+//!   `call_id`, `tool_use_id`, `requestId`, ... as listed in
+//!   [`crate::names::CALL_ID_NAMES`]). Never in the key, never fingerprinted:
+//!   it is new for every call;
 //! - **context**: what the framework hands the tool besides the ask
 //!   (`#[context]`, rig's `#[rig(context)]`, or one of the frameworks' own
 //!   context types listed in [`CONTEXT_TYPES`]). Its fields may be keyed on
@@ -18,7 +20,8 @@
 //!
 //! Apart from its role, a plain parameter may be marked `#[identifier]`: the
 //! user vouches that its name, and the field names under it, name ids even
-//! where they read like the model's wording (`text`, `args.subject`).
+//! where they read like the model's wording or a call's id (`text`,
+//! `args.subject`, a customer's `request_id`).
 //!
 //! Destructured parameters are walked, and each name they bind gets the role
 //! of its parameter.
@@ -28,6 +31,7 @@ use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, Ident, Meta, Pat, Signature, Type};
 
 use crate::errors::Errors;
+use crate::names;
 
 /// The inert markers `#[idempotent]` reads on parameters and strips from its
 /// output.
@@ -136,7 +140,9 @@ pub fn read(sig: &Signature, errors: &mut Errors) -> Params {
                 bound_idents(&typed.pat, &mut idents);
                 for ident in idents {
                     let role = match role {
-                        Role::Plain if is_call_id_name(&ident.to_string()) => {
+                        Role::Plain
+                            if !identifier && names::call_id(&ident.to_string()).is_some() =>
+                        {
                             Role::CallId(Why::Name)
                         }
                         role => role,
@@ -153,11 +159,6 @@ pub fn read(sig: &Signature, errors: &mut Errors) -> Params {
         }
     }
     params
-}
-
-/// Whether a name is the usual name of a tool-call id.
-pub fn is_call_id_name(name: &str) -> bool {
-    matches!(name, "call_id" | "tool_call_id")
 }
 
 /// The marker an attribute is, if it is one.

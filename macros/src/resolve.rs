@@ -8,61 +8,24 @@
 //!
 //! Free text is caught by its marker or type, and also by its name: an
 //! argument or field of the ask named as the model's wording usually is
-//! ([`FREE_TEXT_NAMES`]), unless its argument is marked `#[identifier]`.
-//! `self` and context are filled in by the application, never the model, so
-//! their field names are not read this way.
+//! ([`FREE_TEXT_NAMES`]), in any case, unless its argument is marked
+//! `#[identifier]`. `self` and context are filled in by the application,
+//! never the model, so their field names are not read this way. A call id is
+//! caught by its marker, type or name ([`CALL_ID_NAMES`]), also as a field
+//! of context, where frameworks put it; `#[identifier]` vouches for a name.
+//!
+//! [`FREE_TEXT_NAMES`]: crate::names::FREE_TEXT_NAMES
+//! [`CALL_ID_NAMES`]: crate::names::CALL_ID_NAMES
 
 use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, quote_spanned};
 use syn::{Ident, Index, LitStr};
 
 use crate::errors::Errors;
-use crate::params::{Params, Role, Why, is_call_id_name};
+use crate::names;
+use crate::params::{Params, Role, Why};
 use crate::suggest;
 use crate::template::{Placeholder, Segment, Template};
-
-/// Names that almost always carry the model's own wording. A name is read as
-/// one when it is one of these, or ends in `_` and one of these
-/// (`refund_reason`, `email_body`).
-pub const FREE_TEXT_NAMES: &[&str] = &[
-    "description",
-    "desc",
-    "reason",
-    "rationale",
-    "justification",
-    "explanation",
-    "message",
-    "msg",
-    "note",
-    "notes",
-    "comment",
-    "comments",
-    "remark",
-    "remarks",
-    "feedback",
-    "summary",
-    "body",
-    "text",
-    "content",
-    "details",
-    "instructions",
-    "query",
-    "question",
-    "prompt",
-    "subject",
-    "title",
-];
-
-/// Whether a name reads as the model's wording.
-fn is_free_text_name(name: &str) -> bool {
-    let name = name.strip_prefix("r#").unwrap_or(name);
-    FREE_TEXT_NAMES.iter().any(|word| {
-        name == *word
-            || name
-                .strip_suffix(word)
-                .is_some_and(|head| head.ends_with('_'))
-    })
-}
 
 /// One step of building the key, ready to expand.
 pub enum PlanPart {
@@ -174,15 +137,17 @@ fn placeholder(
                  is left out of the key and the fingerprint"
             ));
         }
-        Role::CallId(why) => return Err(call_id(&shown, name, why)),
+        Role::CallId(why) => return Err(call_id(&shown, name, name, why)),
         Role::Plain | Role::Context => {}
     }
-    if let Some(field) = p.fields.iter().find(|f| is_call_id_name(f)) {
-        return Err(call_id(&shown, field, Why::Name));
-    }
-    if binding.role == Role::Plain && !binding.identifier {
+    if !binding.identifier {
+        if let Some(field) = p.fields.iter().find(|f| names::call_id(f).is_some()) {
+            return Err(call_id(&shown, name, field, Why::Name));
+        }
         let mut path = std::iter::once(&p.root).chain(&p.fields);
-        if let Some(word) = path.find(|n| is_free_text_name(n)) {
+        if binding.role == Role::Plain
+            && let Some(word) = path.find(|n| names::is_free_text(n))
+        {
             return Err(free_text_name(&shown, name, word));
         }
     }
@@ -202,25 +167,63 @@ fn free_text_name(shown: &str, argument: &str, word: &str) -> String {
              which vouches for the names under it"
         )
     };
+    let snake = names::snake(word);
+    let name = if *word == snake {
+        format!("`{word}` is a name")
+    } else {
+        format!("{}, a name", read_as(word, &snake))
+    };
     format!(
-        "`{shown}` reads like model-authored free text: `{word}` is a name that almost always \
-         carries the model's own wording, which it words anew on each ask, so two asks for one \
-         action would get two keys and the action would run twice. Key on ids instead, such as \
+        "`{shown}` reads like model-authored free text: {name} that almost always carries the \
+         model's own wording, which it words anew on each ask, so two asks for one action would \
+         get two keys and the action would run twice. Key on ids instead, such as \
          `<run>:ticket:<customer_id>`, and leave the wording out of the key (mark it \
          `#[free_text]`, or type it `FreeText<_>`); {how}"
     )
 }
 
-fn call_id(shown: &str, name: &str, why: Why) -> String {
-    let how = match why {
-        Why::Marker => format!("`{name}` is marked `#[call_id]`"),
-        Why::Type => format!("`{name}` is a `CallId`"),
-        Why::Name => format!("`{name}` is named as one"),
+/// `` `REASON` is `reason` spelt another way ``: why a name written in
+/// another case or with other separators was caught.
+fn read_as(written: &str, listed: &str) -> String {
+    format!("`{written}` is `{listed}` spelt another way")
+}
+
+/// `argument` is the argument; `named` the argument or field the rule caught.
+fn call_id(shown: &str, argument: &str, named: &str, why: Why) -> String {
+    let (what, how, hatch) = match (why, names::call_id(named)) {
+        (Why::Marker, _) => (
+            "a tool-call id",
+            format!("`{named}` is marked `#[call_id]`"),
+            None,
+        ),
+        (Why::Type, _) => ("a tool-call id", format!("`{named}` is a `CallId`"), None),
+        (Why::Name, Some(id)) => {
+            let hatch = if argument == named {
+                format!(
+                    "if `{named}` names an id that stays the same when an ask is repeated, mark \
+                     it `#[identifier] {argument}: ..`"
+                )
+            } else {
+                format!(
+                    "if `{named}` names an id that stays the same when an ask is repeated, mark \
+                     its argument `#[identifier] {argument}: ..`, which vouches for the names \
+                     under it"
+                )
+            };
+            let how = if named == id.name {
+                format!("`{named}` is named as one; {}", id.source)
+            } else {
+                format!("{}; {}", read_as(named, id.name), id.source)
+            };
+            (id.what, how, Some(hatch))
+        }
+        (Why::Name, None) => ("a tool-call id", format!("`{named}` is named as one"), None),
     };
+    let hatch = hatch.map(|h| format!("; {h}")).unwrap_or_default();
     format!(
-        "`{shown}` is a tool-call id ({how}): the framework makes a new id for every call, so two \
+        "`{shown}` is {what} ({how}): the framework makes a new id for every call, so two \
          identical asks get two keys and the action runs twice. Key on the run, the action and \
-         the object acted on instead, as in `<run>:refund:<order_id>`"
+         the object acted on instead, as in `<run>:refund:<order_id>`{hatch}"
     )
 }
 

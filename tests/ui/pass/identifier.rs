@@ -1,5 +1,5 @@
-//! `#[identifier]`: a name that reads like the model's wording, vouched for
-//! as an id. The marker is inert and taken off.
+//! `#[identifier]`: a name that reads like the model's wording or a call's
+//! id, vouched for as an id. The marker is inert and taken off.
 
 use idempotent_tools::{Outcome, Run, idempotent};
 use serde::Serialize;
@@ -27,6 +27,23 @@ async fn print_label(run: Run, #[identifier] text: String) -> Result<Outcome<usi
     Ok(text.len())
 }
 
+/// A customer's refund request, filed before any agent saw it: the same on
+/// every ask about it.
+#[idempotent(key = "<run>:refund:<request_id>")]
+async fn refund_request(run: Run, #[identifier] request_id: u64) -> Result<Outcome<u64>, MailError> {
+    Ok(request_id)
+}
+
+#[derive(Serialize)]
+struct Ticket {
+    request_id: u64,
+}
+
+#[idempotent(key = "<run>:ticket:<ticket.request_id>")]
+async fn close_ticket(run: Run, #[identifier] ticket: Ticket) -> Result<Outcome<u64>, MailError> {
+    Ok(ticket.request_id)
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), MailError> {
     let run = Run::new("run-1")?;
@@ -35,6 +52,8 @@ async fn main() -> Result<(), MailError> {
         subject: "welcome-v2".into(),
     };
     assert!(send_mail(run.clone(), args).await?.is_fresh());
-    assert!(print_label(run, "SKU-1182".into()).await?.is_fresh());
+    assert!(print_label(run.clone(), "SKU-1182".into()).await?.is_fresh());
+    assert!(refund_request(run.clone(), 7).await?.is_fresh());
+    assert!(close_ticket(run, Ticket { request_id: 8 }).await?.is_fresh());
     Ok(())
 }
