@@ -97,8 +97,8 @@ mod values;
 /// (`#[free_text]`, `FreeText<_>`), which the model words anew on each ask;
 /// an argument or field of the ask named as the model's wording usually is
 /// (`description`, `reason`, `message`, `note`, `text`, `query`, `prompt`,
-/// and the like, or ending in `_reason`, `_note`, ...), unless its argument
-/// is marked `#[identifier]`; the id of one call (`#[call_id]`, `CallId`,
+/// and the like, or ending in `_reason`, `_note`, ...), in any case
+/// (`Reason`, `orderNote`), unless its argument is marked `#[identifier]`; the id of one call (`#[call_id]`, `CallId`,
 /// or named as the model APIs and agent frameworks name it: `call_id`,
 /// `tool_call_id`, `tool_use_id`, `function_call_id`, `invocation_id`,
 /// `request_id`, in any case), which is new on each call, unless its

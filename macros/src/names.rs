@@ -122,10 +122,10 @@ pub fn snake(name: &str) -> String {
 
 /// Whether a name reads as the model's wording.
 pub fn is_free_text(name: &str) -> bool {
-    let name = name.strip_prefix("r#").unwrap_or(name);
+    let words = snake(name);
     FREE_TEXT_NAMES.iter().any(|word| {
-        name == *word
-            || name
+        words == *word
+            || words
                 .strip_suffix(word)
                 .is_some_and(|head| head.ends_with('_'))
     })
@@ -167,6 +167,24 @@ mod tests {
         assert_eq!(snake("HTTPRequestId"), "http_request_id");
         assert_eq!(snake("r#type"), "type");
         assert_eq!(snake("_reason"), "reason");
+    }
+
+    #[test]
+    fn free_text_is_caught_in_any_case() {
+        for name in [
+            "reason",
+            "Reason",
+            "REASON",
+            "order_Note",
+            "orderNote",
+            "refund_reason",
+            "emailBody",
+        ] {
+            assert!(is_free_text(name), "{name}");
+        }
+        for name in ["order_id", "keynote", "notes_id", "Subjects"] {
+            assert!(!is_free_text(name), "{name}");
+        }
     }
 
     #[test]

@@ -22,6 +22,22 @@ async fn send_mail(run: Run, #[identifier] args: MailArgs) -> Result<Outcome<u64
     Ok(args.customer)
 }
 
+/// Mirrors a mail service's JSON, whose `Subject` is a template's code.
+#[derive(Serialize)]
+#[allow(non_snake_case)]
+struct MirroredMail {
+    Customer: u64,
+    Subject: String,
+}
+
+#[idempotent(key = "<run>:mail:<args.Customer>:<args.Subject>")]
+async fn send_mirrored(
+    run: Run,
+    #[identifier] args: MirroredMail,
+) -> Result<Outcome<u64>, MailError> {
+    Ok(args.Customer)
+}
+
 #[idempotent(key = "<run>:label:<text>")]
 async fn print_label(run: Run, #[identifier] text: String) -> Result<Outcome<usize>, MailError> {
     Ok(text.len())
@@ -52,6 +68,11 @@ async fn main() -> Result<(), MailError> {
         subject: "welcome-v2".into(),
     };
     assert!(send_mail(run.clone(), args).await?.is_fresh());
+    let mirrored = MirroredMail {
+        Customer: 8,
+        Subject: "welcome-v2".into(),
+    };
+    assert!(send_mirrored(run.clone(), mirrored).await?.is_fresh());
     assert!(print_label(run.clone(), "SKU-1182".into()).await?.is_fresh());
     assert!(refund_request(run.clone(), 7).await?.is_fresh());
     assert!(close_ticket(run, Ticket { request_id: 8 }).await?.is_fresh());
