@@ -361,6 +361,181 @@ async fn a_repeat_whose_arguments_carry_a_new_call_id_is_a_replay() {
     assert_eq!(provider.calls_received(), 1);
 }
 
+// Each way of writing a call id, as a user would: marked, named as a field of
+// the ask (typed `String`, as the issue found it), deeper and spelt as an
+// outside API spells it, bound by a destructured argument.
+
+#[idempotent(key = "<run>:refund:<order_id>")]
+async fn refund_with_marked_call(
+    #[context] provider: &Provider,
+    run: &Run,
+    order_id: String,
+    usd: u64,
+    #[call_id] call: String,
+) -> Result<Outcome<Refund>, ShopError> {
+    let _ = (run, call);
+    Ok(provider.refund(&order_id, usd, None).await?)
+}
+
+#[tokio::test]
+async fn a_repeat_under_a_new_marked_call_id_is_a_replay() {
+    let provider = Provider::default();
+    let run = run("call-id-marker");
+    let ask = |call: &str| refund_with_marked_call(&provider, &run, "1197".into(), 42, call.into());
+    assert!(refund(ask("c1").await).is_fresh());
+    assert!(refund(ask("c2").await).is_replay());
+    assert_eq!(provider.calls_received(), 1);
+}
+
+#[derive(Serialize, Deserialize)]
+struct OpenAiRefund {
+    order_id: String,
+    usd: u64,
+    tool_call_id: String,
+}
+
+#[idempotent(key = "<run>:refund:<args.order_id>")]
+async fn refund_openai(
+    #[context] provider: &Provider,
+    run: &Run,
+    args: OpenAiRefund,
+) -> Result<Outcome<Refund>, ShopError> {
+    let _ = run;
+    Ok(provider.refund(&args.order_id, args.usd, None).await?)
+}
+
+fn openai_refund(usd: u64, tool_call_id: &str) -> OpenAiRefund {
+    OpenAiRefund {
+        order_id: "1198".into(),
+        usd,
+        tool_call_id: tool_call_id.into(),
+    }
+}
+
+#[tokio::test]
+async fn a_repeat_whose_arguments_carry_a_new_tool_call_id_string_is_a_replay() {
+    let provider = Provider::default();
+    let run = run("call-id-string-field");
+    let first = refund_openai(&provider, &run, openai_refund(42, "call_1"));
+    assert!(refund(first.await).is_fresh());
+    let again = refund(refund_openai(&provider, &run, openai_refund(42, "call_2")).await);
+    assert!(
+        again.is_replay(),
+        "the same ask under a new call id is a replay, not a conflict over details: {again:?}"
+    );
+    // The rest of the ask is still fingerprinted.
+    let other = refund_openai(&provider, &run, openai_refund(41, "call_3"));
+    assert!(refund(other.await).is_conflict());
+    assert_eq!(provider.calls_received(), 1);
+}
+
+/// A provider's envelope, mirrored as its JSON spells it.
+#[derive(Serialize, Deserialize)]
+struct Envelope {
+    #[serde(rename = "toolUseId")]
+    tool_use_id: String,
+    meta: EnvelopeMeta,
+    extra: serde_json::Value,
+}
+
+#[derive(Serialize, Deserialize)]
+struct EnvelopeMeta {
+    request_id: String,
+    tier: String,
+}
+
+#[idempotent(key = "<run>:refund:<order_id>")]
+async fn refund_enveloped(
+    #[context] provider: &Provider,
+    run: &Run,
+    order_id: String,
+    usd: u64,
+    envelope: Envelope,
+) -> Result<Outcome<Refund>, ShopError> {
+    let _ = (run, envelope);
+    Ok(provider.refund(&order_id, usd, None).await?)
+}
+
+fn envelope(n: u32, tier: &str) -> Envelope {
+    Envelope {
+        tool_use_id: format!("toolu_{n}"),
+        meta: EnvelopeMeta {
+            request_id: format!("req_{n}"),
+            tier: tier.into(),
+        },
+        extra: serde_json::json!({ "invocationId": format!("inv_{n}") }),
+    }
+}
+
+#[tokio::test]
+async fn a_repeat_whose_nested_call_ids_are_new_is_a_replay() {
+    let provider = Provider::default();
+    let run = run("call-id-nested");
+    let ask = |n, tier| refund_enveloped(&provider, &run, "1199".into(), 42, envelope(n, tier));
+    assert!(refund(ask(1, "gold").await).is_fresh());
+    assert!(refund(ask(2, "gold").await).is_replay());
+    // What else the envelope carries is part of the ask.
+    assert!(refund(ask(3, "silver").await).is_conflict());
+    assert_eq!(provider.calls_received(), 1);
+}
+
+#[idempotent(key = "<run>:refund:<order_id>")]
+async fn refund_destructured(
+    #[context] provider: &Provider,
+    run: &Run,
+    OpenAiRefund {
+        order_id,
+        usd,
+        tool_call_id,
+    }: OpenAiRefund,
+) -> Result<Outcome<Refund>, ShopError> {
+    let _ = (run, tool_call_id);
+    Ok(provider.refund(&order_id, usd, None).await?)
+}
+
+#[tokio::test]
+async fn a_repeat_whose_destructured_tool_call_id_is_new_is_a_replay() {
+    let provider = Provider::default();
+    let run = run("call-id-destructured");
+    let first = refund_destructured(&provider, &run, openai_refund(42, "call_1"));
+    assert!(refund(first.await).is_fresh());
+    let again = refund_destructured(&provider, &run, openai_refund(42, "call_2"));
+    assert!(refund(again.await).is_replay());
+    assert_eq!(provider.calls_received(), 1);
+}
+
+/// A refund filed by the customer: its `request_id` is theirs, the same on
+/// every ask about it, and vouched for as such.
+#[derive(Serialize)]
+struct FiledRefund {
+    order_id: String,
+    request_id: String,
+}
+
+#[idempotent(key = "<run>:refund:<args.order_id>")]
+async fn refund_filed(
+    #[context] provider: &Provider,
+    run: &Run,
+    #[identifier] args: FiledRefund,
+) -> Result<Outcome<Refund>, ShopError> {
+    let _ = run;
+    Ok(provider.refund(&args.order_id, 42, None).await?)
+}
+
+#[tokio::test]
+async fn a_request_id_field_vouched_for_as_an_identifier_is_fingerprinted() {
+    let provider = Provider::default();
+    let run = run("identifier-fingerprinted");
+    let filed = |request_id: &str| FiledRefund {
+        order_id: "1200".into(),
+        request_id: request_id.into(),
+    };
+    assert!(refund(refund_filed(&provider, &run, filed("rq-1")).await).is_fresh());
+    assert!(refund(refund_filed(&provider, &run, filed("rq-1")).await).is_replay());
+    assert!(refund(refund_filed(&provider, &run, filed("rq-2")).await).is_conflict());
+    assert_eq!(provider.calls_received(), 1);
+}
+
 // ---------------------------------------------------------------------------
 // Call ids under the names the model APIs and agent frameworks give them, as
 // a tool that mirrors one would take them.

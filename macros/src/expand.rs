@@ -152,7 +152,13 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
             let ident = &b.ident;
             let private = krate.private_at(at);
             let check = quote_spanned!(at=> #private::fingerprinted(&#ident));
-            quote_spanned!(def=> (#name, #check))
+            if b.identifier {
+                // Its fields named as call ids are ids of the user's own.
+                let private = krate.private_at(def);
+                quote_spanned!(def=> (#name, &#private::Vouched(#check)))
+            } else {
+                quote_spanned!(def=> (#name, #check))
+            }
         });
 
     let tool = tool_identity(input, def);

@@ -110,8 +110,10 @@ mod values;
 /// # The fingerprint
 ///
 /// Every argument that is not in the key whole is serialized (serde) into
-/// the fingerprint, except free text, call ids (wherever they sit: in an
-/// `Option`, in a field of an argument struct), `self` and context: an
+/// the fingerprint, except free text, call ids (by marker, type or name,
+/// wherever they sit: in an `Option`, a field of an argument struct named
+/// as a call id unless its argument is marked `#[identifier]`), `self` and
+/// context: an
 /// argument marked `#[context]` or `#[rig(context)]`, or of a framework's
 /// own context type (rig's `ToolContext`; rmcp's `RequestContext`, `Peer`,
 /// `Extensions`, `Extension<_>`, `RequestMetaObject`, `RequestId`,

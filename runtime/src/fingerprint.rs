@@ -9,13 +9,18 @@ use xxhash_rust::xxh3::{Xxh3, xxh3_128};
 
 use crate::error::Error;
 
+mod call_ids;
+
+use call_ids::WithoutCallIds;
+
 thread_local! {
     static FINGERPRINTING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Runs `f` with [`FreeText`](crate::FreeText) and [`CallId`](crate::CallId) serializing as nothing, so that
 /// a fingerprint never covers free text or a call id, wherever they sit: an
-/// argument, an `Option`, a field of an argument struct.
+/// argument, an `Option`, a field of an argument struct. A value named as a
+/// call id is left out by the serializer the fingerprint writes through.
 pub(crate) fn fingerprinting<R>(f: impl FnOnce() -> R) -> R {
     struct Reset(bool);
     impl Drop for Reset {
@@ -42,8 +47,10 @@ pub(crate) fn is_fingerprinting() -> bool {
 ///
 /// Arguments are serialized as JSON (serde) into XXH3-128, which is stable
 /// across platforms and versions. [`FreeText`](crate::FreeText) and
-/// [`CallId`](crate::CallId) serialize as nothing here, wherever they sit, so
-/// neither model wording nor a new call id makes a conflict. Use ordered maps
+/// [`CallId`](crate::CallId) serialize as nothing here, wherever they sit, and
+/// so does a struct field or map entry named as a call id (`tool_call_id`,
+/// `toolUseId`, `request_id`, ...), so neither model wording nor a new call
+/// id makes a conflict. Use ordered maps
 /// (`BTreeMap`) in arguments: a `HashMap` serializes in a random order.
 ///
 /// ```
@@ -139,7 +146,8 @@ impl io::Write for HashWriter<'_> {
 }
 
 impl FingerprintBuilder {
-    /// Adds one named argument.
+    /// Adds one named argument. Within it, a field or map entry named as a
+    /// call id is written as nothing; the argument's own name is yours.
     ///
     /// Takes the builder by reference, so a chain of `.arg(..)?` calls does
     /// not move its buffer at every step.
@@ -148,6 +156,21 @@ impl FingerprintBuilder {
         name: &str,
         value: &T,
     ) -> Result<&mut FingerprintBuilder, Error> {
+        self.add(name, &WithoutCallIds(value))?;
+        Ok(self)
+    }
+
+    /// Adds one argument whose names the user vouched for as ids
+    /// (`#[identifier]`): a field named as a call id is fingerprinted.
+    pub(crate) fn arg_vouched<T: Serialize + ?Sized>(
+        &mut self,
+        name: &str,
+        value: &T,
+    ) -> Result<(), Error> {
+        self.add(name, value)
+    }
+
+    fn add<T: Serialize + ?Sized>(&mut self, name: &str, value: &T) -> Result<(), Error> {
         // Length-prefixed names keep `("ab", 1)` apart from `("a", b1)`.
         self.write(&(name.len() as u64).to_le_bytes());
         self.write(name.as_bytes());
@@ -155,7 +178,7 @@ impl FingerprintBuilder {
             .map_err(Error::Fingerprint)?;
         self.write(&[0xff]);
         self.args += 1;
-        Ok(self)
+        Ok(())
     }
 
     /// Finishes the fingerprint.

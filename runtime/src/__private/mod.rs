@@ -26,7 +26,7 @@ mod prepare;
 mod site;
 
 pub use method_tool::{MethodTool, type_identity};
-pub use prepare::{FingerprintArg, Piece, note, prepare, store};
+pub use prepare::{FingerprintArg, Piece, Vouched, note, prepare, store};
 pub use site::FnTool;
 
 /// The return type of a guarded tool: `Result<O, E>`, where `O` is a

@@ -28,13 +28,45 @@ pub enum Piece<'a> {
 
 /// An argument's part in the fingerprint: any `Serialize` value.
 pub trait FingerprintArg {
-    /// Adds the argument, under its name.
+    /// Adds the argument, under its name, with any field named as a call id
+    /// left out.
     fn add_to(&self, name: &str, fingerprint: &mut FingerprintBuilder) -> Result<(), Error>;
+
+    /// Adds the argument with the names under it vouched for as ids.
+    fn add_vouched_to(&self, name: &str, fingerprint: &mut FingerprintBuilder)
+    -> Result<(), Error>;
 }
 
 impl<T: Serialize + ?Sized> FingerprintArg for T {
     fn add_to(&self, name: &str, fingerprint: &mut FingerprintBuilder) -> Result<(), Error> {
         fingerprint.arg(name, self).map(|_| ())
+    }
+
+    fn add_vouched_to(
+        &self,
+        name: &str,
+        fingerprint: &mut FingerprintBuilder,
+    ) -> Result<(), Error> {
+        fingerprint.arg_vouched(name, self)
+    }
+}
+
+/// An argument marked `#[identifier]`: the user vouches that the names under
+/// it name ids, so a field named `request_id` is part of the ask and is
+/// fingerprinted.
+pub struct Vouched<'a>(pub &'a dyn FingerprintArg);
+
+impl FingerprintArg for Vouched<'_> {
+    fn add_to(&self, name: &str, fingerprint: &mut FingerprintBuilder) -> Result<(), Error> {
+        self.0.add_vouched_to(name, fingerprint)
+    }
+
+    fn add_vouched_to(
+        &self,
+        name: &str,
+        fingerprint: &mut FingerprintBuilder,
+    ) -> Result<(), Error> {
+        self.0.add_vouched_to(name, fingerprint)
     }
 }
 
