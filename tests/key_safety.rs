@@ -725,3 +725,37 @@ async fn instrument_below_the_guard_refunds_once() {
     assert!(refund(call().await).is_replay());
     assert_eq!(provider.refunds_of("1189"), 1);
 }
+
+/// The attribute refuses call ids in a key by name (`macros/src/names.rs`),
+/// and the fingerprint leaves the same names out (`runtime/src/call_id.rs`):
+/// two lists in two crates, which must name the same ids.
+#[test]
+fn the_attribute_and_the_fingerprint_know_the_same_call_id_names() {
+    let squash = |name: &str| -> String {
+        name.chars()
+            .filter(char::is_ascii_alphanumeric)
+            .map(|c| c.to_ascii_lowercase())
+            .collect()
+    };
+    let macros = include_str!("../macros/src/names.rs");
+    let runtime = include_str!("../runtime/src/call_id.rs");
+    let mut refused: Vec<String> = macros
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("name: \""))
+        .filter_map(|rest| rest.split('"').next())
+        .map(squash)
+        .collect();
+    let mut left_out: Vec<String> = runtime
+        .lines()
+        .filter_map(|line| line.trim().trim_start_matches("| ").strip_prefix("b\""))
+        .filter_map(|rest| rest.split('"').next())
+        .map(str::to_owned)
+        .collect();
+    refused.sort();
+    left_out.sort();
+    assert!(
+        !refused.is_empty(),
+        "no names read from macros/src/names.rs"
+    );
+    assert_eq!(refused, left_out);
+}
