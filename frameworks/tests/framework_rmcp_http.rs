@@ -393,3 +393,27 @@ async fn sessions_the_server_does_not_mark_are_not_runs() {
     );
     assert_eq!(provider.refunds_of("3129"), 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn principals_never_share_the_server_wide_run_even_when_the_policy_skips_them() {
+    // The server keeps principals out of its run order, so a request with
+    // nothing else falls to the server-wide run: one per principal.
+    let provider = Provider::default();
+    let policy = RunPolicy::new().without(RunSource::Principal);
+    let address = serve_http_with(provider.clone(), policy, Sessions::Stateless).await;
+    let as_alice = [("Authorization", "Bearer alice")];
+    let as_bob = [("Authorization", "Bearer bob")];
+    let first = post_refund(address, &as_alice, None, "3130").await;
+    assert_eq!(first.guard_status(), Some("fresh"), "{first:?}");
+    let again = post_refund(address, &as_alice, None, "3130").await;
+    assert_eq!(again.guard_status(), Some("replay"), "{again:?}");
+    let bob = post_refund(address, &as_bob, None, "3130").await;
+    assert_eq!(
+        bob.guard_status(),
+        Some("fresh"),
+        "bob never reads alice's refund: {bob:?}"
+    );
+    let anonymous = post_refund(address, &[], None, "3130").await;
+    assert_eq!(anonymous.guard_status(), Some("fresh"), "{anonymous:?}");
+    assert_eq!(provider.refunds_of("3130"), 3);
+}

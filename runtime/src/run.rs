@@ -73,6 +73,18 @@ impl Run {
         Run(Arc::from(text))
     }
 
+    /// This run, narrowed by a constant of the crate's: `principal/alice`
+    /// then `server-wide` is `principal/alice/server-wide`. The constant has
+    /// no `/`, so the result is never another path's run.
+    #[cfg(feature = "rmcp")]
+    pub(crate) fn then(&self, constant: &'static str) -> Run {
+        debug_assert!(
+            !constant.is_empty() && !constant.contains('/'),
+            "{constant:?}"
+        );
+        Run(Arc::from(format!("{}/{constant}", self.0)))
+    }
+
     /// A run named by a constant of the crate's, which is never empty.
     #[cfg(feature = "rmcp")]
     pub(crate) fn constant(id: &'static str) -> Run {
@@ -146,6 +158,8 @@ mod tests {
             Run::derived(&[("meta", "x")]),
             Run::derived(&[("meta", "server-wide")]),
             Run::constant("server-wide"),
+            Run::derived(&[("principal", "alice")]).then("server-wide"),
+            Run::derived(&[("principal", "alice/server-wide")]),
         ];
         for (i, a) in runs.iter().enumerate() {
             for b in &runs[i + 1..] {

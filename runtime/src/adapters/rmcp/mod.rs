@@ -35,7 +35,9 @@
 //! `session/<id>`, `connection/<id>`), so that nothing a client sends names
 //! another source's run or the server-wide one, and every run a request
 //! names is nested under its [`Principal`] when it has one
-//! (`principal/alice/meta/run-7`): two principals never share a run. An
+//! (`principal/alice/meta/run-7`), and so is the server-wide run
+//! (`principal/alice/server-wide`, for a policy without
+//! [`RunSource::Principal`]): two principals never share a run. An
 //! `Mcp-Session-Id` counts only where [`SessionRuns`] saw it issued.
 //!
 //! Without a principal, a run a client names (in `_meta` or the run header)

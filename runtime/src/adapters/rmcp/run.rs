@@ -145,8 +145,9 @@ pub trait ResolvesRuns {
 /// [`SERVER_WIDE_RUN`] (each value's `/` and `%` are percent-encoded). When
 /// the request carries a [`Principal`], every run it names is nested under
 /// it (`principal/alice/meta/run-7`), whether or not the policy allows
-/// [`RunSource::Principal`] as a run of its own: two principals never share
-/// a run, whatever they send.
+/// [`RunSource::Principal`] as a run of its own, and so is the server-wide
+/// run (`principal/alice/server-wide`): two principals never share a run,
+/// whatever they send and whatever the policy.
 ///
 /// A source that is there but malformed (an empty `_meta` run, an empty run
 /// header) is refused rather than skipped: its sender meant to scope the
@@ -172,16 +173,21 @@ pub fn run_of(context: &RequestContext<RoleServer>, policy: &RunPolicy) -> Resul
             RunSource::Principal => principal
                 .as_ref()
                 .map(|principal| Run::derived(&[("principal", principal.as_str())])),
-            RunSource::Session => session_run(context).map(|(tag, id)| within(tag, id.as_str())),
+            RunSource::Session => session_run(context, within),
         };
         if let Some(run) = run {
             tracing::debug!(target: TARGET, run_source = source.name(), run = %run, "the request's run");
             return Ok(run);
         }
     }
-    match policy.unscoped() {
-        Unscoped::ServerWide => Ok(Run::constant(SERVER_WIDE_RUN)),
-        Unscoped::Refuse => Err(RunError::Unscoped),
+    match (policy.unscoped(), &principal) {
+        (Unscoped::Refuse, _) => Err(RunError::Unscoped),
+        (Unscoped::ServerWide, None) => Ok(Run::constant(SERVER_WIDE_RUN)),
+        // A server that keeps its principals out of the run order still
+        // never lets one read another's results.
+        (Unscoped::ServerWide, Some(principal)) => {
+            Ok(Run::derived(&[("principal", principal.as_str())]).then(SERVER_WIDE_RUN))
+        }
     }
 }
 

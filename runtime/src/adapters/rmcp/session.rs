@@ -2,9 +2,10 @@
 //! HTTP a session that rmcp's session manager issued, seen through
 //! [`SessionRuns`]; over a stream transport, the connection.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
+use std::sync::{Arc, LazyLock, Weak};
+
+use dashmap::DashMap;
 
 use ::rmcp::RoleServer;
 use ::rmcp::model::{
@@ -15,6 +16,8 @@ use ::rmcp::transport::streamable_http_server::session::{
     EventStore, RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
 };
 use futures_util::Stream;
+
+use crate::run::Run;
 
 /// A session manager that marks each request it routes into a session, so
 /// that `run: Run` can take the session as the request's run
@@ -116,7 +119,9 @@ impl<M: SessionManager> SessionManager for SessionRuns<M> {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.inner.accept_message(id, mark(id, message))
+        // Notifications and replies to the server's own requests: nothing
+        // here reaches a tool, so nothing is marked.
+        self.inner.accept_message(id, message)
     }
 
     fn create_standalone_stream(
@@ -150,8 +155,8 @@ impl<M: SessionManager> SessionManager for SessionRuns<M> {
     }
 }
 
-/// The session of a request, if the server issued it, as the source's tag
-/// and the session's id.
+/// The run of the request's session, if the server issued it, made by
+/// `within` from the source's tag and the session's id.
 ///
 /// Over HTTP only a session that [`SessionRuns`] saw issued counts: a
 /// stateless request (protocol 2026-07-28, or a server without sessions) is
@@ -159,40 +164,45 @@ impl<M: SessionManager> SessionManager for SessionRuns<M> {
 /// is the client's invention. Elsewhere the connection counts, once a client
 /// opened it with `initialize`: rmcp keeps that handshake for the
 /// connection's life.
-pub(super) fn session_run(context: &RequestContext<RoleServer>) -> Option<(&'static str, String)> {
+pub(super) fn session_run(
+    context: &RequestContext<RoleServer>,
+    within: impl Fn(&'static str, &str) -> Run,
+) -> Option<Run> {
     if context.extensions.get::<http::request::Parts>().is_some() {
         let IssuedSession(id) = context.extensions.get::<IssuedSession>()?;
-        return Some(("session", id.to_string()));
+        return Some(within("session", id));
     }
     let handshake = context.peer.peer_info()?;
-    Some(("connection", connection_id(&handshake)))
+    Some(within("connection", &connection_id(&handshake)))
 }
 
-/// Runs minted for live connections, by the address of the connection's
+/// Ids minted for live connections, by the address of the connection's
 /// handshake.
 ///
 /// Each entry holds a [`Weak`] to the handshake, which keeps its allocation,
 /// and so its address, from being reused while the entry lives: an address
 /// found here is always the same connection's.
-type Connections = HashMap<usize, (Weak<InitializeRequestParams>, String)>;
+type Connections = DashMap<usize, (Weak<InitializeRequestParams>, Arc<str>)>;
 
-static CONNECTIONS: LazyLock<Mutex<Connections>> = LazyLock::new(Mutex::default);
+static CONNECTIONS: LazyLock<Connections> = LazyLock::new(Connections::default);
 
 /// The id of the connection whose handshake is `handshake`: minted at
 /// random on its first call, so that two connections, in this process or
-/// another sharing the store, never share one.
-fn connection_id(handshake: &Arc<InitializeRequestParams>) -> String {
+/// another sharing the store, never share one. A connection's later calls
+/// read it from one shard, under no lock of the whole map.
+fn connection_id(handshake: &Arc<InitializeRequestParams>) -> Arc<str> {
     let address = Arc::as_ptr(handshake) as usize;
-    // No code panics while holding the lock; a poisoned map is still sound.
-    let mut connections = CONNECTIONS.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some((_, run)) = connections.get(&address) {
-        return run.clone();
+    if let Some(known) = CONNECTIONS.get(&address) {
+        return known.1.clone();
     }
-    // Forget connections that have closed before adding one.
-    connections.retain(|_, (handshake, _)| handshake.strong_count() > 0);
-    let id = uuid::Uuid::new_v4().to_string();
-    connections.insert(address, (Arc::downgrade(handshake), id.clone()));
-    id
+    // A new connection: forget those that have closed, then mint its id
+    // once, even if its first calls race here.
+    CONNECTIONS.retain(|_, (handshake, _)| handshake.strong_count() > 0);
+    let entry = CONNECTIONS.entry(address).or_insert_with(|| {
+        let id = uuid::Uuid::new_v4().to_string();
+        (Arc::downgrade(handshake), Arc::from(id))
+    });
+    entry.1.clone()
 }
 
 #[cfg(test)]
