@@ -98,14 +98,15 @@ mod values;
 /// an argument or field of the ask named as the model's wording usually is
 /// (`description`, `reason`, `message`, `note`, `text`, `query`, `prompt`,
 /// and the like, or ending in `_reason`, `_note`, ...), in any case
-/// (`Reason`, `orderNote`), unless its argument is marked `#[identifier]`; the id of one call (`#[call_id]`, `CallId`,
-/// or named as the model APIs and agent frameworks name it: `call_id`,
-/// `tool_call_id`, `tool_use_id`, `function_call_id`, `invocation_id`,
-/// `request_id`, in any case), which is new on each call, unless its
-/// argument is marked `#[identifier]`; a template with no placeholder, an
-/// empty one, an unterminated or empty `<>`, a placeholder used twice; two placeholders with nothing between them, a literal after a
-/// placeholder without a separator character, and `%` in literal text, which
-/// would make two asks render one key.
+/// (`Reason`, `orderNote`), unless its argument is marked `#[identifier]`;
+/// the id of one call (`#[call_id]`, `CallId`, or named as the model APIs
+/// and agent frameworks name it: `call_id`, `tool_call_id`, `tool_use_id`,
+/// `function_call_id`, `invocation_id`, `request_id`, in any case), which
+/// is new on each call, unless its argument is marked `#[identifier]`; a
+/// template with no placeholder, an empty one, an unterminated or empty
+/// `<>`, a placeholder used twice; two placeholders with nothing between
+/// them, a literal after a placeholder without a separator character, and
+/// `%` in literal text, which would make two asks render one key.
 ///
 /// # The fingerprint
 ///

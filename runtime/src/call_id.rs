@@ -14,9 +14,9 @@ use crate::fingerprint::is_fingerprinting;
 /// A fingerprint skips it wherever it sits (an `Option<CallId>` argument, a
 /// field of an argument struct), so a repeat under a new id is a replay, not
 /// a conflict; it skips a field named as a call id (`tool_call_id`,
-/// `toolUseId`, ...) of any type too. Its text is private and read with [`as_str`](CallId::as_str),
-/// so a key template cannot reach it through `.0` either. Keep it for logs
-/// and tracing.
+/// `toolUseId`, ...) of any type too. Its text is private and read with
+/// [`as_str`](CallId::as_str), so a key template cannot reach it through
+/// `.0` either. Keep it for logs and tracing.
 ///
 /// ```
 /// use idempotent_tools::CallId;

@@ -38,9 +38,10 @@ pub enum StoreError {
     /// JSON refuse it on completion, before a replay could trip on it.
     #[error("the result cannot be stored faithfully as JSON")]
     Unrecordable(#[source] serde_json::Error),
-    /// [`Records::forget_with`](super::Records::forget_with) was asked to remove a claim whose lease is
-    /// live: its action may be running right now, and forgetting it would
-    /// let a repeat run the action a second time alongside it.
+    /// [`Records::forget_with`](super::Records::forget_with) was asked to
+    /// remove a claim whose lease is live: its action may be running right
+    /// now, and forgetting it would let a repeat run the action a second
+    /// time alongside it.
     #[error(
         "key `{key}` is held by a claim whose lease is live, so its action may be running now; \
          wait for it to finish or for its lease to run out, or force the removal if its holder \
@@ -69,8 +70,8 @@ pub enum StoreError {
         /// The newest version this build knows.
         supported: u32,
     },
-    /// The store does not implement this operation (a store written
-    /// outside this library that keeps only what the guard needs).
+    /// A store's [`Records`](super::Records) cannot do this operation (a
+    /// store written outside this library that lists but cannot count, say).
     #[error("this store does not support `{0}`")]
     Unsupported(&'static str),
 }
