@@ -160,92 +160,65 @@ impl<S: Serializer> Serializer for Skipping<S> {
     }
 }
 
-impl<S: SerializeSeq> SerializeSeq for Skipping<S> {
-    type Ok = S::Ok;
-    type Error = S::Error;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), S::Error> {
-        self.0.serialize_element(&WithoutCallIds(value))
-    }
-    fn end(self) -> Result<S::Ok, S::Error> {
-        self.0.end()
-    }
+/// The compounds whose elements have no names: each element is written
+/// with the call ids under it left out.
+macro_rules! unnamed {
+    ($($compound:ident, $method:ident;)*) => {
+        $(
+            impl<S: $compound> $compound for Skipping<S> {
+                type Ok = S::Ok;
+                type Error = S::Error;
+                fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), S::Error> {
+                    self.0.$method(&WithoutCallIds(value))
+                }
+                fn end(self) -> Result<S::Ok, S::Error> {
+                    self.0.end()
+                }
+            }
+        )*
+    };
 }
 
-impl<S: SerializeTuple> SerializeTuple for Skipping<S> {
-    type Ok = S::Ok;
-    type Error = S::Error;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), S::Error> {
-        self.0.serialize_element(&WithoutCallIds(value))
-    }
-    fn end(self) -> Result<S::Ok, S::Error> {
-        self.0.end()
-    }
+unnamed! {
+    SerializeSeq, serialize_element;
+    SerializeTuple, serialize_element;
+    SerializeTupleStruct, serialize_field;
+    SerializeTupleVariant, serialize_field;
 }
 
-impl<S: SerializeTupleStruct> SerializeTupleStruct for Skipping<S> {
-    type Ok = S::Ok;
-    type Error = S::Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), S::Error> {
-        self.0.serialize_field(&WithoutCallIds(value))
-    }
-    fn end(self) -> Result<S::Ok, S::Error> {
-        self.0.end()
-    }
+/// The compounds whose fields have names: a field named as a call id is
+/// written as `null`.
+macro_rules! named {
+    ($($compound:ident;)*) => {
+        $(
+            impl<S: $compound> $compound for Skipping<S> {
+                type Ok = S::Ok;
+                type Error = S::Error;
+                fn serialize_field<T: Serialize + ?Sized>(
+                    &mut self,
+                    key: &'static str,
+                    value: &T,
+                ) -> Result<(), S::Error> {
+                    if is_call_id_name(key) {
+                        self.0.serialize_field(key, &LEFT_OUT)
+                    } else {
+                        self.0.serialize_field(key, &WithoutCallIds(value))
+                    }
+                }
+                fn skip_field(&mut self, key: &'static str) -> Result<(), S::Error> {
+                    self.0.skip_field(key)
+                }
+                fn end(self) -> Result<S::Ok, S::Error> {
+                    self.0.end()
+                }
+            }
+        )*
+    };
 }
 
-impl<S: SerializeTupleVariant> SerializeTupleVariant for Skipping<S> {
-    type Ok = S::Ok;
-    type Error = S::Error;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), S::Error> {
-        self.0.serialize_field(&WithoutCallIds(value))
-    }
-    fn end(self) -> Result<S::Ok, S::Error> {
-        self.0.end()
-    }
-}
-
-impl<S: SerializeStruct> SerializeStruct for Skipping<S> {
-    type Ok = S::Ok;
-    type Error = S::Error;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), S::Error> {
-        if is_call_id_name(key) {
-            self.0.serialize_field(key, &LEFT_OUT)
-        } else {
-            self.0.serialize_field(key, &WithoutCallIds(value))
-        }
-    }
-    fn skip_field(&mut self, key: &'static str) -> Result<(), S::Error> {
-        self.0.skip_field(key)
-    }
-    fn end(self) -> Result<S::Ok, S::Error> {
-        self.0.end()
-    }
-}
-
-impl<S: SerializeStructVariant> SerializeStructVariant for Skipping<S> {
-    type Ok = S::Ok;
-    type Error = S::Error;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), S::Error> {
-        if is_call_id_name(key) {
-            self.0.serialize_field(key, &LEFT_OUT)
-        } else {
-            self.0.serialize_field(key, &WithoutCallIds(value))
-        }
-    }
-    fn skip_field(&mut self, key: &'static str) -> Result<(), S::Error> {
-        self.0.skip_field(key)
-    }
-    fn end(self) -> Result<S::Ok, S::Error> {
-        self.0.end()
-    }
+named! {
+    SerializeStruct;
+    SerializeStructVariant;
 }
 
 /// A map's entries, whose text keys are read as field names are: a map is
