@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 
-use idempotent_tools::store::{PostgresStore, SqliteStore};
-use idempotent_tools::{Outcome, Run, Store, idempotent};
+use idempotent_tools::{Outcome, Run, idempotent, store::Store};
+use idempotent_tools::{PostgresStore, SqliteStore};
 
 type Failure = Box<dyn std::error::Error + Send + Sync>;
 

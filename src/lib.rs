@@ -18,17 +18,13 @@
 //!     cents: u64,
 //! }
 //!
-//! #[derive(Debug)]
+//! #[derive(Debug, thiserror::Error)]
 //! enum PayError {
-//!     Idempotency(idempotent_tools::Error),
+//!     // The guard's own errors (store down, no run, ...) reach the caller as `PayError`.
+//!     #[error(transparent)]
+//!     Idempotency(#[from] idempotent_tools::Error),
+//!     #[error("the provider declined the refund")]
 //!     Declined,
-//! }
-//!
-//! // The guard's own errors (store down, no run, ...) reach the caller as `PayError`.
-//! impl From<idempotent_tools::Error> for PayError {
-//!     fn from(error: idempotent_tools::Error) -> PayError {
-//!         PayError::Idempotency(error)
-//!     }
 //! }
 //!
 //! /// Stands in for the payment provider's client.
@@ -57,7 +53,7 @@
 //! }
 //!
 //! #[tokio::main]
-//! async fn main() -> Result<(), PayError> {
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     // One agent run of your own loop: `<run>` reads the run in scope.
 //!     Run::new("run-7")?
 //!         .scope(async {
@@ -65,9 +61,10 @@
 //!             let again = refund_order(1182, 4200, "the customer asked again".into()).await?;
 //!             assert!(first.is_fresh());
 //!             assert!(again.is_replay()); // the first refund, and a note for the model
-//!             Ok(())
+//!             Ok::<_, PayError>(())
 //!         })
-//!         .await
+//!         .await?;
+//!     Ok(())
 //! }
 //! ```
 //!
@@ -85,6 +82,24 @@
 //! where such a scope does not reliably reach, so their adapters hand each
 //! call its run: see the [rig guide] and the [rmcp guide].
 //!
+//! # Where things are
+//!
+//! The root holds what a tool author writes: the attribute, [`KeyPart`],
+//! [`Outcome`], [`Run`], [`Error`], [`FreeText`], [`CallId`],
+//! [`current_key`], the stores and [`set_default_store`]. Everyone else
+//! has a module of their own:
+//!
+//! | Module | For | Holds |
+//! |---|---|---|
+//! | [`call`] | a call built by hand, with no attribute | [`Call`](call::Call), [`Key`](call::Key), [`Fingerprint`](call::Fingerprint), [`Policy`](call::Policy), the notes |
+//! | [`store`] | a store of one's own; a store's settings | the [`Store`](store::Store) protocol and its types; each store's builder, defaults and schema |
+//! | [`records`] | operators: dashboards, scripts, clean-up | [`Records`](records::Records): list, inspect, count, forget, purge; the [`Purger`](records::Purger) |
+//! | `rig`, `rmcp` | a framework's tools | the run carried into each call |
+//!
+//! Tests have a crate of their own, `idempotent-tools-testing`: a scripted
+//! model that repeats calls as models do, a stand-in provider that counts
+//! what reached it, and the conformance suite a store of one's own runs.
+//!
 //! # Features
 //!
 //! None is on by default: the default build is the attribute, the guard and
@@ -97,7 +112,6 @@
 //! | `redis` | `RedisStore` on redis-rs, one Lua script per step, woken by pub/sub, records kept by key expiry | several hosts that already run Redis or Valkey |
 //! | `rig` | `idempotent_tools::rig`: `InRun`, `context` and `run_of`, the run carried in rig 0.44's `ToolContext` | rig agents |
 //! | `rmcp` | `idempotent_tools::rmcp`: `run: Run` resolved from each MCP request, `ResolvesRuns`, `RunPolicy`, `RunHeaderLayer`, and `Outcome` as a tool result | MCP servers on rmcp 3.11 |
-//! | `testing` | `idempotent_tools::testing`: a scripted model, a runner and a stand-in payment provider that counts refunds | tests that send a tool the duplicates a model sends |
 //!
 //! The framework adapters are features because they implement rig's and
 //! rmcp's traits for this crate's types, which only this crate may do, and
@@ -132,7 +146,7 @@
 //! | done or in flight, other arguments | [`Outcome::Conflict`] with the first value if there is one | does not run |
 //! | used by another tool | [`Outcome::Conflict`], never the other tool's result | does not run |
 //! | held by this very call (re-entrant) | [`Error::Reentrant`] at once, not a deadlock | does not run |
-//! | held by a crashed process, lease expired | per [`Takeover`]: run again under the same provider key, or [`Error::UnknownOutcome`] | per policy |
+//! | held by a crashed process, lease expired | per [`Takeover`](call::Takeover): run again under the same provider key, or [`Error::UnknownOutcome`] | per policy |
 //! | done, but the result could not be recorded | [`Error::NotRecorded`], which says the action ran | ran |
 //!
 //! The claim comes first because a check before acting cannot stop two

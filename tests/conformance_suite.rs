@@ -10,12 +10,14 @@ mod harness;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use idempotent_tools::testing::conformance::libtest_mimic::{self, Arguments, Conclusion};
-use idempotent_tools::testing::conformance::{Scope, Suite};
 use idempotent_tools::{
-    Claim, ClaimAnswer, ClaimRequest, Finished, Forget, Key, MemoryStore, Record, RecordCount,
-    RecordPage, RecordQuery, Records, Store, StoreFuture, StoreResult,
+    MemoryStore,
+    call::Key,
+    records::{Forget, Record, RecordCount, RecordPage, RecordQuery, Records},
+    store::{Claim, ClaimAnswer, ClaimRequest, Finished, Store, StoreFuture, StoreResult},
 };
+use idempotent_tools_testing::conformance::libtest_mimic::{self, Arguments, Conclusion};
+use idempotent_tools_testing::conformance::{Scope, Suite};
 
 /// How a store under self-test is made wrong.
 #[derive(Clone, Copy)]
@@ -141,8 +143,8 @@ impl Records for Flawed {
     }
 }
 
-fn unsupported(step: &'static str) -> idempotent_tools::StoreError {
-    idempotent_tools::StoreError::Unsupported(step)
+fn unsupported(step: &'static str) -> idempotent_tools::store::StoreError {
+    idempotent_tools::store::StoreError::Unsupported(step)
 }
 
 /// Runs the suite's case `case` alone against `suite`'s store.

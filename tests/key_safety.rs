@@ -2,10 +2,12 @@
 //! call id or an argument that would be fingerprinted wrongly, a counter the
 //! model could move. Every test counts what reached the stand-in provider.
 
-use idempotent_tools::testing::{Provider, ProviderError, Refund};
 use idempotent_tools::{
-    Call, CallId, ConflictReason, Error, Fingerprint, FreeText, Key, Outcome, Run, idempotent,
+    CallId, Error, FreeText, Outcome, Run,
+    call::{Call, ConflictReason, Fingerprint, Key},
+    idempotent,
 };
+use idempotent_tools_testing::{Provider, ProviderError, Refund};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]

@@ -1,9 +1,12 @@
 //! Keys are injective, bounded for providers, and stable.
 
-use idempotent_tools::{Error, Key, KeyError, KeyTextProblem, PROVIDER_KEY_MAX};
+use idempotent_tools::{
+    Error,
+    call::{Key, KeyError, KeyTextProblem, PROVIDER_KEY_MAX},
+};
 use proptest::prelude::*;
 
-fn refund_key(run: &str, order: &str, line: u32) -> Result<Key, Error> {
+fn refund_key(run: &str, order: &str, line: u32) -> Result<Key, KeyError> {
     Key::builder()
         .part("run", run)?
         .literal(":refund:")?
@@ -82,10 +85,9 @@ fn a_value_holding_the_separator_cannot_imitate_another_order() {
 #[test]
 fn an_empty_value_is_refused_and_never_renders() {
     let err = refund_key("run-1", "", 1).expect_err("empty order");
-    assert!(matches!(
-        err,
-        Error::Key(KeyError::EmptyPart { part: "order_id" })
-    ));
+    assert!(matches!(err, KeyError::EmptyPart { part: "order_id" }));
+    // A guarded call wraps it: the key's error is the guard's error's source.
+    let err = Error::from(err);
     // The cause is the error's source, printed once in its chain.
     let cause = std::error::Error::source(&err).expect("a cause");
     assert!(cause.to_string().contains("order_id"), "{cause}");

@@ -4,7 +4,10 @@
 
 use std::sync::Arc;
 
-use idempotent_tools::{Call, Fingerprint, Key, MemoryStore};
+use idempotent_tools::{
+    MemoryStore,
+    call::{Call, Fingerprint, Key},
+};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 fn refund(store: &Arc<MemoryStore>, key: &Key, usd: u64) -> Call {

@@ -6,10 +6,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idempotent_tools::store::{Purger, PurgerError};
+use idempotent_tools::records::{Purger, PurgerError};
 use idempotent_tools::{
-    Claim, ClaimAnswer, ClaimRequest, Finished, Forget, Key, MemoryStore, Record, RecordCount,
-    RecordPage, RecordQuery, Records, Store, StoreError, StoreFuture, StoreResult,
+    MemoryStore,
+    call::Key,
+    records::{Forget, Record, RecordCount, RecordPage, RecordQuery, Records},
+    store::{
+        Claim, ClaimAnswer, ClaimRequest, Finished, Store, StoreError, StoreFuture, StoreResult,
+    },
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -248,7 +252,12 @@ fn a_zero_interval_or_no_runtime_is_refused_with_what_to_do() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_sqlite_file_expired_records_go_and_a_held_claim_stays() {
     every_event_is_wanted();
-    use idempotent_tools::{Ending, Fingerprint, RecordState, Recorded, SqliteStore, ToolId};
+    use idempotent_tools::{
+        SqliteStore,
+        call::{Fingerprint, ToolId},
+        records::RecordState,
+        store::{Ending, Recorded},
+    };
     use std::time::SystemTime;
 
     static TOOL: ToolId = ToolId::new("shop::refund_order");
@@ -281,7 +290,7 @@ async fn on_a_sqlite_file_expired_records_go_and_a_held_claim_stays() {
         };
         store.complete(&claim, finished).await.expect("complete");
     }
-    let total = |counts: Vec<idempotent_tools::RecordCount>| -> (u64, u64) {
+    let total = |counts: Vec<idempotent_tools::records::RecordCount>| -> (u64, u64) {
         let held = counts
             .iter()
             .filter(|c| c.state == RecordState::Held)

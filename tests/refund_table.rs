@@ -10,11 +10,14 @@ mod refund;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotent_tools::testing::{
+use idempotent_tools::{
+    CallId, Run,
+    call::{DEFAULT_CONFLICT_NOTE, DEFAULT_REPLAY_NOTE},
+};
+use idempotent_tools_testing::{
     Provider, ProviderError, Runner, ScriptedModel, ToolCall, Tools, assert_one_action,
     assert_same_key_for_same_ask,
 };
-use idempotent_tools::{CallId, DEFAULT_CONFLICT_NOTE, DEFAULT_REPLAY_NOTE, Run};
 use refund::{Row, Shop, Table};
 use serde_json::json;
 use tokio::sync::{Barrier, OnceCell};

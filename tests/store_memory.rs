@@ -10,11 +10,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use idempotent_tools::testing::conformance::Suite;
-use idempotent_tools::testing::conformance::kit::{
+use idempotent_tools::{
+    Error, MemoryStore, Run, RunError,
+    call::{Call, Key, KeyError},
+    records::Records,
+    store::Store,
+};
+use idempotent_tools_testing::conformance::Suite;
+use idempotent_tools_testing::conformance::kit::{
     CountingProvider as Provider, RefundError, fresh_run, refund_call, refund_key, refunds,
 };
-use idempotent_tools::{Call, Error, Key, MemoryStore, Records, Run, Store};
 
 async fn a_record_is_replayed_within_its_retention_and_forgotten_after() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
@@ -89,7 +94,9 @@ async fn a_purge_removes_only_expired_records() {
 
 async fn a_key_naming_the_run_outside_a_run_scope_is_refused() {
     let built = Key::builder().run();
-    assert!(matches!(built.err(), Some(Error::MissingRun)));
+    assert!(matches!(built.err(), Some(KeyError::NoRun)));
+    // A guarded call reports it in its own words.
+    assert!(matches!(Error::from(KeyError::NoRun), Error::MissingRun));
     let run = Run::new("run-9").expect("run");
     let key = run
         .scope(async {
@@ -105,7 +112,7 @@ async fn a_key_naming_the_run_outside_a_run_scope_is_refused() {
 }
 
 fn an_empty_run_is_refused() {
-    assert!(matches!(Run::new(""), Err(Error::EmptyRun)));
+    assert!(matches!(Run::new(""), Err(RunError::Empty)));
 }
 
 async fn the_default_store_can_be_switched_in_one_line() {
@@ -207,7 +214,7 @@ async fn a_replay_that_panics_as_its_result_is_read_can_be_polled_again() {
 }
 
 fn a_duplicate_waits_longer_than_a_crashed_holders_lease() {
-    assert!(idempotent_tools::DEFAULT_WAIT > idempotent_tools::DEFAULT_LEASE);
+    assert!(idempotent_tools::call::DEFAULT_WAIT > idempotent_tools::call::DEFAULT_LEASE);
 }
 
 /// A trial of `case` on a current-thread runtime whose clock starts

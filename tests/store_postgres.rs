@@ -12,10 +12,10 @@
 mod harness;
 mod postgres_cases;
 
-use idempotent_tools::store::PostgresStore;
+use idempotent_tools::PostgresStore;
 use idempotent_tools::store::postgres::PostgresStoreBuilder;
 use idempotent_tools::store::postgres::tokio_postgres::{self, Config, NoTls};
-use idempotent_tools::testing::conformance::{Scope, Suite, kit};
+use idempotent_tools_testing::conformance::{Scope, Suite, kit};
 
 const URL: &str = "IDEMPOTENT_POSTGRES_URL";
 

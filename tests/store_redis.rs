@@ -12,9 +12,9 @@
 mod harness;
 mod redis_cases;
 
-use idempotent_tools::store::RedisStore;
+use idempotent_tools::RedisStore;
 use idempotent_tools::store::redis::redis;
-use idempotent_tools::testing::conformance::{Scope, Suite, kit};
+use idempotent_tools_testing::conformance::{Scope, Suite, kit};
 
 const URL: &str = "IDEMPOTENT_REDIS_URL";
 

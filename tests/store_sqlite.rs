@@ -8,14 +8,14 @@ mod harness;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotent_tools::store::SqliteStore;
+use idempotent_tools::SqliteStore;
 use idempotent_tools::store::sqlite::rusqlite;
-use idempotent_tools::testing::conformance::kit::{
+use idempotent_tools::store::{Store, StoreError};
+use idempotent_tools_testing::conformance::kit::{
     self, CountingProvider as Provider, fresh_run, refund_call, refunds,
 };
-use idempotent_tools::testing::conformance::processes::{self, Scene};
-use idempotent_tools::testing::conformance::{Scope, Suite};
-use idempotent_tools::{Store, StoreError};
+use idempotent_tools_testing::conformance::processes::{self, Scene};
+use idempotent_tools_testing::conformance::{Scope, Suite};
 use tempfile::TempDir;
 
 fn temp_dir() -> TempDir {

@@ -4,7 +4,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use idempotent_tools::{Call, Fingerprint, Key, MemoryStore, Outcome, Run};
+use idempotent_tools::{
+    MemoryStore, Outcome, Run,
+    call::{Call, Fingerprint, Key},
+};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id};
 use tracing::{Event, Level, Subscriber};
@@ -200,7 +203,7 @@ fn a_duplicate_past_its_wait_deadline_is_a_warning() {
 /// The digest traces show, computed here independently.
 mod sha2_hex {
     pub fn hex_prefix(text: &str) -> String {
-        let store = idempotent_tools::Key::parse(text).expect("a rendered key");
+        let store = idempotent_tools::call::Key::parse(text).expect("a rendered key");
         hex(&store.digest()[..8])
     }
     fn hex(bytes: &[u8]) -> String {

@@ -14,7 +14,7 @@ use idempotent_benches::{
     count_allocations, current_thread, plain_key, refund, refund_guarded, refund_key, refund_tool,
     render_plain_key,
 };
-use idempotent_tools::{Fingerprint, MemoryStore};
+use idempotent_tools::{MemoryStore, call::Fingerprint};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -89,7 +89,7 @@ fn main() {
         }),
     );
     let long = "sku:Ünïcode/ 42-".repeat(64);
-    let long_key = idempotent_tools::Key::builder()
+    let long_key = idempotent_tools::call::Key::builder()
         .part("run", &run)
         .and_then(|b| b.literal(":ship:"))
         .and_then(|b| b.part("items", &long))
@@ -98,7 +98,7 @@ fn main() {
     row(
         "key, long (1 KiB part, escaped)",
         per_call_sync(|_| {
-            let _ = idempotent_tools::Key::builder()
+            let _ = idempotent_tools::call::Key::builder()
                 .part("run", &run)
                 .and_then(|b| b.literal(":ship:"))
                 .and_then(|b| b.part("items", &long))

@@ -11,7 +11,10 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use idempotent_benches::{bench_run, plain_key, refund_key};
-use idempotent_tools::{Fingerprint, Key, Run};
+use idempotent_tools::{
+    Run,
+    call::{Fingerprint, Key, KeyError},
+};
 
 /// A short key as most tools write it: `<run>:refund:<order_id>`.
 fn short(run: &Run) -> Key {
@@ -24,7 +27,7 @@ fn long_value() -> String {
     "sku:Ünïcode/ 42-".repeat(64)
 }
 
-fn long_key(run: &Run, value: &str) -> Result<Key, idempotent_tools::Error> {
+fn long_key(run: &Run, value: &str) -> Result<Key, KeyError> {
     Key::builder()
         .part("run", run)?
         .literal(":ship:")?

@@ -25,7 +25,7 @@ use idempotent_benches::durable::{
     self, Client, ClientWork, backend, fresh_call, next_order, replay, timed, unavailable,
 };
 use idempotent_benches::{Network, Provider, bench_run, multi_thread, refund_key};
-use idempotent_tools::{Key, PostgresStore, StoreError};
+use idempotent_tools::{PostgresStore, call::Key, store::StoreError};
 use tokio::runtime::Runtime;
 
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";

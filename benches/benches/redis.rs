@@ -225,7 +225,7 @@ fn main() {
             .get_multiplexed_async_connection()
             .await
             .map_err(unavailable)?;
-        Ok::<_, idempotent_tools::StoreError>((Arc::new(store), Arc::new(waiting), plain))
+        Ok::<_, idempotent_tools::store::StoreError>((Arc::new(store), Arc::new(waiting), plain))
     });
     let (store, waiting, mut plain) = match connected {
         Ok(connected) => connected,

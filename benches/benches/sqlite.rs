@@ -15,8 +15,8 @@ use std::time::Instant;
 use criterion::{BenchmarkId, Criterion, Throughput};
 use idempotent_benches::durable::{self, fresh_call, next_order, replay, timed};
 use idempotent_benches::{Network, Provider, bench_run, multi_thread, refund_key};
-use idempotent_tools::Key;
-use idempotent_tools::store::SqliteStore;
+use idempotent_tools::SqliteStore;
+use idempotent_tools::call::Key;
 use idempotent_tools::store::sqlite::rusqlite::{self, Connection, params};
 use tokio::runtime::Runtime;
 

@@ -20,7 +20,7 @@ use idempotent_benches::{
     Network, Provider, Refund, bench_run, current_thread, plain_key, receipt_tool, refund_key,
     refund_tool,
 };
-use idempotent_tools::{MemoryStore, Records};
+use idempotent_tools::{MemoryStore, records::Records};
 
 /// Records in the store before the calls counted.
 const STEADY: u64 = 10_000;

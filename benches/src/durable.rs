@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use idempotent_tools::{
-    ClaimAnswer, ClaimRequest, DEFAULT_LEASE, DEFAULT_RETENTION, Fingerprint, Key, Run, Store,
-    StoreError, ToolId,
+    Run,
+    call::{DEFAULT_LEASE, DEFAULT_RETENTION, Fingerprint, Key, ToolId},
+    store::{ClaimAnswer, ClaimRequest, Store, StoreError},
 };
 use tokio::runtime::Runtime;
 

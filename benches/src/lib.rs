@@ -14,7 +14,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use idempotent_tools::{Call, Fingerprint, Key, Outcome, Run, Store, idempotent};
+use idempotent_tools::{
+    Outcome, Run,
+    call::{Call, Fingerprint, Key},
+    idempotent,
+    store::Store,
+};
 use serde::{Deserialize, Serialize};
 
 pub mod durable;
@@ -93,11 +98,11 @@ pub async fn refund(provider: &Provider, order_id: u64, usd: u64) -> Result<Refu
 
 /// The refund's key, `<run>:refund:<order_id>`, built as the guard builds it.
 pub fn refund_key(run: &Run, order_id: u64) -> Result<Key, idempotent_tools::Error> {
-    Key::builder()
+    Ok(Key::builder()
         .part("run", run)?
         .literal(":refund:")?
         .part("order_id", &order_id)?
-        .finish()
+        .finish()?)
 }
 
 /// The refund tool guarded by hand with [`Call`]: key on the run and the
@@ -110,7 +115,10 @@ pub async fn refund_guarded<S: Store>(
     usd: u64,
 ) -> Result<Outcome<Refund>, RefundError> {
     let key = refund_key(run, order_id)?;
-    let fingerprint = Fingerprint::builder().arg("usd", &usd)?.finish();
+    let fingerprint = Fingerprint::builder()
+        .arg("usd", &usd)
+        .map_err(idempotent_tools::Error::from)?
+        .finish();
     Call::new(TOOL, key)
         .fingerprint(fingerprint)
         .store(store)
@@ -132,7 +140,10 @@ pub async fn refund_guarded_for<S: Store>(
     retention: Duration,
 ) -> Result<Outcome<Refund>, RefundError> {
     let key = refund_key(run, order_id)?;
-    let fingerprint = Fingerprint::builder().arg("usd", &usd)?.finish();
+    let fingerprint = Fingerprint::builder()
+        .arg("usd", &usd)
+        .map_err(idempotent_tools::Error::from)?
+        .finish();
     Call::new(TOOL, key)
         .fingerprint(fingerprint)
         .store(store)

@@ -101,7 +101,7 @@ fn a_replay_by_hand_allocates_only_the_key_it_was_given() {
 
 #[test]
 fn a_call_site_policy_in_a_static_costs_no_allocation() {
-    use idempotent_tools::{Call, Fingerprint, Policy};
+    use idempotent_tools::call::{Call, Fingerprint, Policy};
     static SHOP: Policy = Policy {
         retention: std::time::Duration::from_secs(3600),
         ..Policy::DEFAULT

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use idempotent_tools::store::postgres::tokio_postgres;
-use idempotent_tools::{KeyError, StoreError};
+use idempotent_tools::{call::KeyError, store::StoreError};
 
 /// The exit codes scripts can rely on (listed in `--help`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

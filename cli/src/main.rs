@@ -12,8 +12,12 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use idempotent_tools::store::{DEFAULT_PAGE, MAX_PAGE};
-use idempotent_tools::{Forget, Key, Record, RecordQuery, RecordState, Records, StoreError};
+use idempotent_tools::records::{DEFAULT_PAGE, MAX_PAGE};
+use idempotent_tools::{
+    call::Key,
+    records::{Forget, Record, RecordQuery, RecordState, Records},
+    store::StoreError,
+};
 use serde_json::json;
 
 use crate::error::{CliError, Exit};

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idempotent_tools::{Record, RecordCount, RecordState};
+use idempotent_tools::records::{Record, RecordCount, RecordState};
 use serde_json::{Value, json};
 
 /// A time as RFC 3339 in UTC, to the second: `2025-03-01T12:00:00Z`.

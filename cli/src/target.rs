@@ -9,8 +9,8 @@ use idempotent_tools::store::postgres::PostgresStoreBuilder;
 use idempotent_tools::store::postgres::deadpool_postgres::{Manager, Pool, Runtime};
 use idempotent_tools::store::postgres::tokio_postgres::{Config, NoTls};
 use idempotent_tools::store::redis::DEFAULT_PREFIX;
-use idempotent_tools::store::{RedisStore, SqliteStore};
-use idempotent_tools::{Records, StoreError};
+use idempotent_tools::{RedisStore, SqliteStore};
+use idempotent_tools::{records::Records, store::StoreError};
 
 use crate::error::CliError;
 

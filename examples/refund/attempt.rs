@@ -4,7 +4,7 @@
 use std::future::Future;
 
 use idempotent_tools::CallId;
-use idempotent_tools::testing::{Runner, ScriptedModel, Tools, Transcript};
+use idempotent_tools_testing::{Runner, ScriptedModel, Tools, Transcript};
 use serde::Serialize;
 
 use super::shop::{PayError, RefundArgs, Shop};

@@ -27,7 +27,7 @@ pub use versions::{
 };
 
 use idempotent_tools::Run;
-use idempotent_tools::testing::{Runner, ToolResult};
+use idempotent_tools_testing::{Runner, ToolResult};
 
 #[tokio::main]
 async fn main() -> Result<(), idempotent_tools::Error> {

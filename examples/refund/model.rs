@@ -1,6 +1,6 @@
 //! The model: the asks it makes, in the orders each row plays them.
 
-use idempotent_tools::testing::{ScriptedModel, ToolCall};
+use idempotent_tools_testing::{ScriptedModel, ToolCall};
 use serde_json::json;
 
 pub fn ask(id: &str, usd: u64, reason: &str) -> ToolCall {

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use idempotent_tools::MemoryStore;
-use idempotent_tools::testing::{Provider, ProviderError};
+use idempotent_tools_testing::{Provider, ProviderError};
 use serde::Deserialize;
 
 /// The tool's arguments, as the model writes them.

@@ -1,8 +1,8 @@
 //! The versions of the tool: the usual ways to write it, then
 //! `#[idempotent]`.
 
-use idempotent_tools::testing::Refund;
 use idempotent_tools::{CallId, Outcome, idempotent};
+use idempotent_tools_testing::Refund;
 use serde::Serialize;
 
 use super::RUN;

@@ -13,8 +13,8 @@
 //! ```
 
 use idempotent_tools::rmcp::{ResolvesRuns, STATUS_META_KEY};
-use idempotent_tools::testing::{Provider, ProviderError, Refund};
 use idempotent_tools::{FreeText, Outcome, Run, idempotent};
+use idempotent_tools_testing::{Provider, ProviderError, Refund};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{

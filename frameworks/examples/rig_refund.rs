@@ -13,8 +13,8 @@
 use std::sync::LazyLock;
 
 use idempotent_tools::rig::{InRun, context};
-use idempotent_tools::testing::{Provider, ProviderError, Refund};
 use idempotent_tools::{Outcome, Run, idempotent};
+use idempotent_tools_testing::{Provider, ProviderError, Refund};
 use rig_agent::test_utils::{MockCompletionModel, MockTurn};
 use rig_agent::{Agent, AgentBuilder};
 use rig_core::completion::{AssistantContent, Message};

@@ -16,7 +16,7 @@ use framework_rig_common::tools::{
 };
 use idempotent_tools::Run;
 use idempotent_tools::rig::{InRun, context};
-use idempotent_tools::testing::Provider;
+use idempotent_tools_testing::Provider;
 use rig_agent::AgentBuilder;
 use rig_agent::test_utils::MockCompletionModel;
 use rig_core::message::ToolResult;

@@ -8,7 +8,7 @@ use framework_rmcp_common::{
     Protocol, Shop, call, connect, in_run, refund, refund_in, status, texts,
 };
 use idempotent_tools::rmcp::{RUN_META_KEY, RunPolicy, RunSource};
-use idempotent_tools::testing::Provider;
+use idempotent_tools_testing::Provider;
 use rmcp::model::RequestMetaObject;
 use rmcp::service::ServiceError;
 use serde_json::{Value, json};
@@ -56,7 +56,10 @@ async fn two_concurrent_calls_in_one_meta_run_refund_once() {
     // The replay is the first result, then the note.
     let replay = if status(&a) == Some("replay") { &a } else { &b };
     assert_eq!(texts(replay).len(), 2);
-    assert_eq!(texts(replay)[1], idempotent_tools::DEFAULT_REPLAY_NOTE);
+    assert_eq!(
+        texts(replay)[1],
+        idempotent_tools::call::DEFAULT_REPLAY_NOTE
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -10,7 +10,7 @@ use framework_rmcp_common::{
     serve_http_with, status,
 };
 use idempotent_tools::rmcp::{RunPolicy, RunSource};
-use idempotent_tools::testing::Provider;
+use idempotent_tools_testing::Provider;
 use rmcp::service::ServiceError;
 use serde_json::json;
 

@@ -43,11 +43,12 @@ impl Input {
         let params = params::read(&item.sig, errors);
         let ret = signature::check(&item.sig, errors).cloned();
         let template = options.key.as_ref().map(|lit| template::parse(lit, errors));
+        let rmcp_tool = item.rmcp_tool().is_some();
         let plan = options
             .key
             .as_ref()
             .zip(template.as_ref())
-            .map(|(lit, t)| resolve::plan(t, &params, &item.sig.ident, lit, errors));
+            .map(|(lit, t)| resolve::plan(t, &params, &item.sig.ident, rmcp_tool, lit, errors));
         item.strip_markers();
         Input {
             krate: Krate::find(),

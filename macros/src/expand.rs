@@ -186,11 +186,42 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
     let prepared = quote_spanned!(def=>
         #private::prepare(#tool, &[#(#pieces),*], &[#(#fingerprint_steps),*], #policy, #store)
     );
+    let rmcp_checks = rmcp_checks(input);
     quote_spanned! {def=>
         #(#inner_attrs)*
+        #rmcp_checks
         let #call = #prepared;
         #run
     }
+}
+
+/// Under rmcp's `#[tool]`, what rmcp's router needs of the tool, checked
+/// here so that a miss is reported in this crate's words, at the token that
+/// causes it: the `rmcp` feature is on, a server whose tools take
+/// `run: Run` says how runs are found (`ResolvesRuns`), and the error type
+/// becomes the tool's result (`IntoContents`). Without these, rmcp's router
+/// reports one opaque unmet bound for all three.
+fn rmcp_checks(input: &Input) -> TokenStream {
+    let Some(tool) = input.item.rmcp_tool() else {
+        return TokenStream::new();
+    };
+    let krate = &input.krate;
+    let at_tool = tool.path().span();
+    let private = krate.private_at(at_tool);
+    let mut checks = quote_spanned!(at_tool=> #private::rmcp::feature::<()>(););
+    if let Some(run) = input.params.find("run") {
+        let at = Span::call_site().located_at(run.type_span);
+        let private = krate.private_at(at);
+        checks.extend(quote_spanned!(at=> #private::rmcp::server::<Self>();));
+    }
+    let error = input.ret.as_ref().and_then(signature::error_type);
+    if let Some(error) = error {
+        let at = error.span();
+        let private = krate.private_at(at);
+        let error = respan(error.to_token_stream(), at);
+        checks.extend(quote_spanned!(at=> #private::rmcp::tool_error::<#error>();));
+    }
+    checks
 }
 
 /// The tool's identity in the store: `tool = "..."`, or else the function's
@@ -266,7 +297,7 @@ fn static_policy(options: &Options, krate: &Krate, def: Span) -> TokenStream {
             Takeover::Rerun => quote!(Rerun),
             Takeover::ReportUnknown => quote!(ReportUnknown),
         };
-        fields.extend(quote_spanned!(def=> takeover: #at_def::Takeover::#variant,));
+        fields.extend(quote_spanned!(def=> takeover: #at_def::call::Takeover::#variant,));
     }
     if let Some(note) = &options.note {
         fields.extend(quote_spanned!(def=> replay_note: #private::note(#note),));
@@ -275,13 +306,13 @@ fn static_policy(options: &Options, krate: &Krate, def: Span) -> TokenStream {
         fields.extend(quote_spanned!(def=> conflict_note: #private::note(#note),));
     }
     if fields.is_empty() {
-        return quote_spanned!(def=> &#at_def::Policy::DEFAULT);
+        return quote_spanned!(def=> &#at_def::call::Policy::DEFAULT);
     }
     let policy = Ident::new("__IDEMPOTENT_POLICY", def);
     quote_spanned!(def=> {
-        static #policy: #at_def::Policy = #at_def::Policy {
+        static #policy: #at_def::call::Policy = #at_def::call::Policy {
             #fields
-            ..#at_def::Policy::DEFAULT
+            ..#at_def::call::Policy::DEFAULT
         };
         &#policy
     })

@@ -57,6 +57,20 @@ impl Item {
         }
     }
 
+    /// rmcp's `#[tool]` on this function, written `#[tool]` or
+    /// `#[rmcp::tool]`. Only a method is taken for rmcp's: rmcp's router
+    /// serves methods, and other crates' `#[tool]` marks free functions.
+    pub fn rmcp_tool(&self) -> Option<&Attribute> {
+        self.sig.receiver()?;
+        self.attrs.iter().find(|attr| {
+            let path = attr.path();
+            path.is_ident("tool")
+                || (path.segments.len() == 2
+                    && path.segments[0].ident == "rmcp"
+                    && path.segments[1].ident == "tool")
+        })
+    }
+
     /// The item with its body's contents replaced by `body`, in braces of
     /// the original span.
     pub fn with_body(&self, body: TokenStream) -> TokenStream {

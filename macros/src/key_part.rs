@@ -106,7 +106,7 @@ pub fn derive(input: TokenStream) -> TokenStream {
     let krate = krate.at(Span::call_site());
     quote! {
         impl #impl_generics #krate::KeyPart for #ident #ty_generics #where_clause {
-            fn write_key_part(&self, out: &mut #krate::KeyPartWriter<'_>) {
+            fn write_key_part(&self, out: &mut #krate::call::KeyPartWriter<'_>) {
                 #body
             }
         }

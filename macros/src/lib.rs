@@ -152,6 +152,14 @@ mod values;
 /// rig's `#[rig_tool]` and goes above rmcp's `#[tool]`. Internal names are
 /// hygienic, and the future is `Send` whenever the body's is.
 ///
+/// Above rmcp's `#[tool]` (written `#[tool]` or `#[rmcp::tool]`, on a
+/// method), the attribute also checks what rmcp's router needs, so that a
+/// miss is reported in these words rather than as rmcp's unmet
+/// `IntoToolRoute` bound: `<run>` needs a `run: Run` argument (rmcp runs
+/// tools where no run scope reaches); a server whose tools take `run: Run`
+/// implements `idempotent_tools::rmcp::ResolvesRuns`; the error type
+/// implements rmcp's `IntoContents`; and the `rmcp` feature is on.
+///
 /// Every error in one function is reported at once, each at the token that
 /// caused it, next to the function as written so that call sites still
 /// resolve.
@@ -169,7 +177,7 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
 /// (`<args.a>:<args.b>`), where the separator keeps them apart.
 ///
 /// ```
-/// use idempotent_tools::{Key, KeyPart};
+/// use idempotent_tools::{KeyPart, call::Key};
 ///
 /// #[derive(KeyPart)]
 /// struct OrderId(u64);

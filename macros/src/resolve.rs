@@ -52,6 +52,7 @@ pub fn plan(
     template: &Template,
     params: &Params,
     fn_name: &Ident,
+    rmcp_tool: bool,
     lit: &LitStr,
     errors: &mut Errors,
 ) -> KeyPlan {
@@ -68,7 +69,7 @@ pub fn plan(
             }
             Segment::Placeholder(p) => p,
         };
-        match self::placeholder(placeholder, params, fn_name, span) {
+        match self::placeholder(placeholder, params, fn_name, rmcp_tool, span) {
             Ok(part) => {
                 if placeholder.fields.is_empty() {
                     key.keyed_whole.push(placeholder.root.clone());
@@ -85,6 +86,7 @@ fn placeholder(
     p: &Placeholder,
     params: &Params,
     fn_name: &Ident,
+    rmcp_tool: bool,
     span: Span,
 ) -> Result<PlanPart, String> {
     let shown = p.shown();
@@ -105,6 +107,14 @@ fn placeholder(
                 return Err(format!(
                     "`{shown}`: with no `run` argument, `<run>` is the run in scope, which has no \
                      fields. Write `<run>`"
+                ));
+            }
+            if rmcp_tool {
+                return Err(format!(
+                    "`<run>` needs a `run: Run` argument under rmcp's `#[tool]`: rmcp runs a tool \
+                     where no run scope reaches, so every call would fail for want of a run. Add \
+                     `run: Run` to `{fn_name}`'s arguments; the adapter fills it from each \
+                     request (`_meta`, a header, the principal, the session)"
                 ));
             }
             return Ok(PlanPart::RunScope);

@@ -107,6 +107,21 @@ fn success_type(ret: &Type) -> Option<&Type> {
     }
 }
 
+/// The `E` of a return type written `Result<O, E>`; `None` for an alias
+/// that names one argument.
+pub fn error_type(ret: &Type) -> Option<&Type> {
+    let Type::Path(path) = peel(ret) else {
+        return None;
+    };
+    let PathArguments::AngleBracketed(args) = &path.path.segments.last()?.arguments else {
+        return None;
+    };
+    match args.args.iter().nth(1)? {
+        GenericArgument::Type(ty) => Some(ty),
+        _ => None,
+    }
+}
+
 /// A type that is plainly a value and no `ToolOutput`: a number, text, a
 /// collection, a tuple, a reference.
 fn is_plain_value(ty: &Type) -> bool {

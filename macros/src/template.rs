@@ -6,7 +6,7 @@
 //! ```
 //!
 //! Besides the grammar, this module enforces the rules that make rendered
-//! keys injective, the same ones `idempotent_tools::KeyBuilder` enforces at run
+//! keys injective, the same ones `idempotent_tools::call::KeyBuilder` enforces at run
 //! time: at least one placeholder, a separator character in every literal
 //! that follows a placeholder, and no `%` in literals.
 
@@ -331,7 +331,7 @@ mod tests {
 
     /// What the runtime's builder makes of `<a>` `literal` `<b>`.
     fn runtime_accepts(literal: &str) -> bool {
-        idempotent_tools::Key::builder()
+        idempotent_tools::call::Key::builder()
             .part("a", "1")
             .and_then(|key| key.literal(literal))
             .and_then(|key| key.part("b", "2"))

@@ -17,7 +17,7 @@ const UNITS: &[(&str, u64)] = &[
     ("d", 86_400_000),
 ];
 
-/// What a takeover from a crashed holder does (`idempotent_tools::Takeover`).
+/// What a takeover from a crashed holder does (`idempotent_tools::call::Takeover`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Takeover {
     Rerun,
@@ -61,7 +61,7 @@ pub fn key(name: &Ident, value: Option<Expr>, errors: &mut Errors) -> Option<Lit
                 value.span(),
                 "`key` takes a string literal, such as `key = \"<run>:refund:<order_id>\"`: the \
                  template is checked against the arguments while the crate compiles, so it cannot \
-                 be an expression. To build a key at run time, use `idempotent_tools::Call` by hand",
+                 be an expression. To build a key at run time, use `idempotent_tools::call::Call` by hand",
             );
             None
         }
@@ -161,7 +161,7 @@ pub fn store(name: &Ident, value: Option<Expr>, errors: &mut Errors) -> Option<E
         errors.add(
             name.span(),
             "`store` names the store for this call site: write `store = <expression>`, \
-             anything that implements `idempotent_tools::IntoStore`, such as `store = &self.store`",
+             anything that implements `idempotent_tools::store::IntoStore`, such as `store = &self.store`",
         );
     }
     value

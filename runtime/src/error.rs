@@ -1,6 +1,8 @@
 //! The one error type of a guarded call.
 
+use crate::fingerprint::FingerprintError;
 use crate::key::{Key, KeyError};
+use crate::run::RunError;
 use crate::store::StoreError;
 
 /// Why a guarded call did not run, or could not be recorded.
@@ -54,13 +56,14 @@ pub enum Error {
     )]
     MissingRun,
 
-    /// A run id was empty.
-    #[error("a run id must not be empty; an empty run would merge every run's actions")]
-    EmptyRun,
+    /// A run id was refused.
+    #[error(transparent)]
+    Run(#[from] RunError),
 
-    /// A key could not be built from the call's values.
+    /// A key could not be built from the call's values. A key that names
+    /// `<run>` outside any run is [`Error::MissingRun`] instead.
     #[error("the idempotency key could not be built, so the action was not run")]
-    Key(#[from] KeyError),
+    Key(#[source] KeyError),
 
     /// Another call with this key is still in flight, and it did not finish
     /// before the wait deadline. Nothing ran.
@@ -98,7 +101,7 @@ pub enum Error {
     /// again, or its result could not be stored. Check with the provider,
     /// then, if the action did not happen, forget the key to allow a retry:
     /// with the operator's tool (`idempotent-tools forget KEY`) or
-    /// [`Records::forget`](crate::store::Records::forget). If it did happen, leave the
+    /// [`Records::forget`](crate::records::Records::forget). If it did happen, leave the
     /// key, and every call keeps answering this instead of acting twice.
     #[error(
         "the outcome of an earlier call under key `{key}` is not on record (its holder stopped \
@@ -113,7 +116,7 @@ pub enum Error {
 
     /// An argument could not be serialized for the fingerprint.
     #[error("an argument could not be fingerprinted, so the action was not run")]
-    Fingerprint(#[source] serde_json::Error),
+    Fingerprint(#[from] FingerprintError),
 
     /// A recorded result could not be read back as the tool's type (the
     /// tool's result type changed since it was recorded). Nothing ran now.
@@ -147,5 +150,16 @@ impl Error {
 impl From<StoreError> for Error {
     fn from(err: StoreError) -> Error {
         Error::Store(err)
+    }
+}
+
+/// A key's error, where the guard has a name of its own for it: a key
+/// built outside any run is [`Error::MissingRun`].
+impl From<KeyError> for Error {
+    fn from(error: KeyError) -> Error {
+        match error {
+            KeyError::NoRun => Error::MissingRun,
+            other => Error::Key(other),
+        }
     }
 }

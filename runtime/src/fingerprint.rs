@@ -7,8 +7,6 @@ use std::io;
 use serde::Serialize;
 use xxhash_rust::xxh3::{Xxh3, xxh3_128};
 
-use crate::error::Error;
-
 mod call_ids;
 
 use call_ids::WithoutCallIds;
@@ -54,7 +52,7 @@ pub(crate) fn is_fingerprinting() -> bool {
 /// (`BTreeMap`) in arguments: a `HashMap` serializes in a random order.
 ///
 /// ```
-/// use idempotent_tools::Fingerprint;
+/// use idempotent_tools::call::Fingerprint;
 ///
 /// let a = Fingerprint::builder().arg("usd", &42)?.finish();
 /// let b = Fingerprint::builder().arg("usd", &41)?.finish();
@@ -145,6 +143,23 @@ impl io::Write for HashWriter<'_> {
     }
 }
 
+/// Why an argument could not be fingerprinted: it does not serialize (a
+/// map with non-string keys, a `Serialize` impl that fails).
+#[derive(Debug, thiserror::Error)]
+#[error("argument `{argument}` does not serialize")]
+pub struct FingerprintError {
+    argument: String,
+    #[source]
+    cause: serde_json::Error,
+}
+
+impl FingerprintError {
+    /// The argument's name.
+    pub fn argument(&self) -> &str {
+        &self.argument
+    }
+}
+
 impl FingerprintBuilder {
     /// Adds one named argument. Within it, a field or map entry named as a
     /// call id is written as nothing; the argument's own name is yours.
@@ -155,7 +170,7 @@ impl FingerprintBuilder {
         &mut self,
         name: &str,
         value: &T,
-    ) -> Result<&mut FingerprintBuilder, Error> {
+    ) -> Result<&mut FingerprintBuilder, FingerprintError> {
         self.add(name, &WithoutCallIds(value))?;
         Ok(self)
     }
@@ -166,16 +181,24 @@ impl FingerprintBuilder {
         &mut self,
         name: &str,
         value: &T,
-    ) -> Result<(), Error> {
+    ) -> Result<(), FingerprintError> {
         self.add(name, value)
     }
 
-    fn add<T: Serialize + ?Sized>(&mut self, name: &str, value: &T) -> Result<(), Error> {
+    fn add<T: Serialize + ?Sized>(
+        &mut self,
+        name: &str,
+        value: &T,
+    ) -> Result<(), FingerprintError> {
         // Length-prefixed names keep `("ab", 1)` apart from `("a", b1)`.
         self.write(&(name.len() as u64).to_le_bytes());
         self.write(name.as_bytes());
-        fingerprinting(|| serde_json::to_writer(HashWriter(self), value))
-            .map_err(Error::Fingerprint)?;
+        fingerprinting(|| serde_json::to_writer(HashWriter(self), value)).map_err(|cause| {
+            FingerprintError {
+                argument: name.to_owned(),
+                cause,
+            }
+        })?;
         self.write(&[0xff]);
         self.args += 1;
         Ok(())

@@ -3,19 +3,23 @@
 //!
 //! Most users depend on `idempotent-tools` and write `#[idempotent(key = "...")]`;
 //! this crate is what that attribute expands into, and it works by hand too
-//! (see [`Call`]).
+//! (see [`call`]).
 //!
-//! A call flows one way: a [`Key`] names the action (run, action, object) and
-//! a [`Fingerprint`] digests the arguments outside the key; a [`Call`] asks
-//! the [`Store`] to **claim** the key ([`Store::claim`], atomic in every
-//! store); the caller that wins **acts**, while a lease it renews keeps the
-//! claim its own; it then **completes** the record with the result, which
-//! every later call with that key gets back as an [`Outcome::Replay`]. A
-//! failed action **releases** the claim so a retry acts again. Modules:
-//! `key` and `fingerprint` name and digest the ask, `guard` runs the claim,
-//! the action and the completion, [`store`] keeps the claims and records,
-//! `record` is what a finished action leaves behind, and `observe` emits
-//! its traces and metrics.
+//! A call flows one way: a [`Key`](call::Key) names the action (run, action,
+//! object) and a [`Fingerprint`](call::Fingerprint) digests the arguments
+//! outside the key; a [`Call`](call::Call) asks the [`Store`](store::Store)
+//! to **claim** the key (atomic in every store); the caller that wins
+//! **acts**, while a lease it renews keeps the claim its own; it then
+//! **completes** the record with the result, which every later call with
+//! that key gets back as an [`Outcome::Replay`]. A failed action
+//! **releases** the claim so a retry acts again.
+//!
+//! In the source, `key` and `fingerprint` name and digest the ask, `guard`
+//! runs the claim, the action and the completion, `store` keeps the claims
+//! and records, `record` is what a finished action leaves behind, and
+//! `observe` emits its traces and metrics. The public modules are doors for
+//! their readers: [`call`], [`store`] and [`records`]; the test kit is the
+//! `idempotent-tools-testing` crate.
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
@@ -29,14 +33,10 @@ mod key;
 mod observe;
 mod outcome;
 mod policy;
-mod record;
 mod run;
 mod tool;
 
 pub mod store;
-
-#[cfg(feature = "testing")]
-pub mod testing;
 
 #[cfg(any(feature = "rig", feature = "rmcp"))]
 mod adapters;
@@ -45,33 +45,28 @@ pub use adapters::rig;
 #[cfg(feature = "rmcp")]
 pub use adapters::rmcp;
 
+pub mod call;
+pub mod records;
+
+/// The target of every span and event: filter with
+/// `RUST_LOG=idempotent_tools=info`.
+pub(crate) const TARGET: &str = "idempotent_tools";
+
 pub use call_id::CallId;
 pub use error::Error;
-pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use free_text::FreeText;
-pub use guard::{Call, current_key};
-pub use key::{
-    Key, KeyBuilder, KeyError, KeyPart, KeyPartWriter, KeyTextProblem, PROVIDER_KEY_MAX,
-};
-pub use outcome::{
-    ConflictReason, DEFAULT_CONFLICT_NOTE, DEFAULT_REPLAY_NOTE, OTHER_TOOL_NOTE, Outcome,
-    ToolOutput,
-};
-pub use policy::{DEFAULT_LEASE, DEFAULT_RETENTION, DEFAULT_WAIT, Policy, Takeover};
-pub use record::{Ending, Finished, Recorded};
-pub use run::Run;
+pub use guard::current_key;
+pub use key::KeyPart;
+pub use outcome::Outcome;
+pub use run::{Run, RunError};
+pub use store::default::set_default_store;
+pub use store::memory_store::MemoryStore;
 #[cfg(feature = "postgres")]
-pub use store::PostgresStore;
+pub use store::postgres_store::PostgresStore;
 #[cfg(feature = "redis")]
-pub use store::RedisStore;
+pub use store::redis_store::RedisStore;
 #[cfg(feature = "sqlite")]
-pub use store::SqliteStore;
-pub use store::{
-    Claim, ClaimAnswer, ClaimRequest, Forget, IntoStore, MemoryStore, Record, RecordCount,
-    RecordPage, RecordQuery, RecordState, Records, Store, StoreError, StoreFuture, StoreResult,
-    Wait, default_store, set_default_store,
-};
-pub use tool::ToolId;
+pub use store::sqlite_store::SqliteStore;
 
 // Versioned with the release, so that `#[idempotent]` from another release
 // fails to compile against this one (see the module's doc).

@@ -26,8 +26,8 @@ use tracing::{Level, Span};
 
 use crate::error::Error;
 use crate::outcome::ConflictReason;
-use crate::record::Ending;
 use crate::run::Run;
+use crate::store::record::Ending;
 use crate::store::{Store, StoreError, default_store};
 use crate::tool::ToolId;
 
@@ -52,9 +52,7 @@ impl fmt::Display for KeyDigest<'_> {
     }
 }
 
-/// The target of every span and event: filter with
-/// `RUST_LOG=idempotent_tools=info`.
-pub(crate) const TARGET: &str = "idempotent_tools";
+pub(crate) use crate::TARGET;
 
 /// The run in scope as traces show it, read only when recorded.
 struct CurrentRun;

@@ -31,7 +31,7 @@ pub enum Takeover {
     Rerun,
     /// Do not run it. Record the outcome as unknown, and answer this call and
     /// every later one with [`Error::UnknownOutcome`](crate::Error::UnknownOutcome)
-    /// until an operator [forgets](crate::store::Records::forget) the key. For
+    /// until an operator [forgets](crate::records::Records::forget) the key. For
     /// providers that take no key.
     ReportUnknown,
 }
@@ -60,7 +60,7 @@ impl Policy {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use idempotent_tools::Policy;
+    /// use idempotent_tools::call::Policy;
     ///
     /// static SHOP: Policy = Policy {
     ///     wait: Duration::from_secs(60),

@@ -6,11 +6,20 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::Error;
-use crate::key::{KeyPart, KeyPartWriter};
-
 tokio::task_local! {
     static RUN: Run;
+}
+
+/// Why text is no run id.
+///
+/// The crate's [`Error`](crate::Error) takes it with `From`, so `?` in a
+/// function returning that error, or an error that converts from it, works.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The text was empty.
+    #[error("a run id must not be empty; an empty run would merge every run's actions")]
+    Empty,
 }
 
 /// The id of one agent run. Keys name the run so that the same action in two
@@ -24,7 +33,7 @@ tokio::task_local! {
 /// use idempotent_tools::Run;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), idempotent_tools::Error> {
+/// # async fn main() -> Result<(), idempotent_tools::RunError> {
 /// let run = Run::new("run-7")?;
 /// let seen = run.scope(async { Run::current() }).await;
 /// assert_eq!(seen.as_ref().map(Run::as_str), Some("run-7"));
@@ -36,11 +45,11 @@ tokio::task_local! {
 pub struct Run(Arc<str>);
 
 impl Run {
-    /// Makes a run id. Fails with [`Error::EmptyRun`] on empty text.
-    pub fn new(id: impl Into<String>) -> Result<Run, Error> {
+    /// Makes a run id. Fails with [`RunError::Empty`] on empty text.
+    pub fn new(id: impl Into<String>) -> Result<Run, RunError> {
         let id: String = id.into();
         if id.is_empty() {
-            return Err(Error::EmptyRun);
+            return Err(RunError::Empty);
         }
         Ok(Run(Arc::from(id)))
     }
@@ -112,8 +121,8 @@ impl Run {
 }
 
 impl TryFrom<String> for Run {
-    type Error = Error;
-    fn try_from(id: String) -> Result<Run, Error> {
+    type Error = RunError;
+    fn try_from(id: String) -> Result<Run, RunError> {
         Run::new(id)
     }
 }
@@ -121,12 +130,6 @@ impl TryFrom<String> for Run {
 impl From<Run> for String {
     fn from(run: Run) -> String {
         run.0.to_string()
-    }
-}
-
-impl KeyPart for Run {
-    fn write_key_part(&self, out: &mut KeyPartWriter<'_>) {
-        out.write_str(&self.0)
     }
 }
 

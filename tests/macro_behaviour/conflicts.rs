@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use idempotent_tools::{ConflictReason, Outcome, Run, idempotent};
+use idempotent_tools::{Outcome, Run, call::ConflictReason, idempotent};
 
 use crate::provider::{PayError, Provider, Refund};
 use crate::refund::{refund, run};
@@ -68,7 +68,7 @@ async fn other_arguments_after_completion_are_a_conflict_with_the_first_result()
         } => {
             assert_eq!(reason, ConflictReason::Arguments);
             assert_eq!(seen.as_ref(), first.value());
-            assert_eq!(note, idempotent_tools::DEFAULT_CONFLICT_NOTE);
+            assert_eq!(note, idempotent_tools::call::DEFAULT_CONFLICT_NOTE);
         }
         other => panic!("expected a conflict, got {other:?}"),
     }

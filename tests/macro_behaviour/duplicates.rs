@@ -95,6 +95,9 @@ async fn a_repeat_after_completion_is_a_replay_with_the_recorded_result() {
     assert!(first.is_fresh());
     assert!(again.is_replay());
     assert_eq!(again.value(), first.value());
-    assert_eq!(again.note(), Some(idempotent_tools::DEFAULT_REPLAY_NOTE));
+    assert_eq!(
+        again.note(),
+        Some(idempotent_tools::call::DEFAULT_REPLAY_NOTE)
+    );
     assert_eq!(provider.calls(), 1);
 }

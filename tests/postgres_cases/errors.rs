@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use idempotent_tools::store::PostgresStore;
-use idempotent_tools::testing::conformance::kit::{
+use idempotent_tools::PostgresStore;
+use idempotent_tools::store::{Store, StoreError};
+use idempotent_tools_testing::conformance::kit::{
     self, CountingProvider as Provider, assert_each_cause_once, error_chain, fresh_run,
     refund_call, refunds,
 };
-use idempotent_tools::{Store, StoreError};
 
 use crate::{Schema, admin, url};
 

@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idempotent_tools::testing::conformance::kit::{
+use idempotent_tools::store::{ClaimAnswer, Store};
+use idempotent_tools_testing::conformance::kit::{
     self, claimed, finished, fresh_run, refund_key, request,
 };
-use idempotent_tools::{ClaimAnswer, Store};
 
 use crate::harness::Trial;
 use crate::{Schema, URL};

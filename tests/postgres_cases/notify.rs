@@ -7,10 +7,13 @@ use std::time::{Duration, Instant};
 
 use idempotent_tools::store::postgres::tokio_postgres::{self, NoTls};
 use idempotent_tools::store::postgres::{PostgresStoreBuilder, deadpool_postgres};
-use idempotent_tools::testing::conformance::kit::{
+use idempotent_tools::{
+    call::Key,
+    store::{ClaimAnswer, Store},
+};
+use idempotent_tools_testing::conformance::kit::{
     claimed, finished, fresh_run, in_flight, refund_key, request,
 };
-use idempotent_tools::{ClaimAnswer, Key, Store};
 
 use crate::{Schema, admin, unique_schema};
 

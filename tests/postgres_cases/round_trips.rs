@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use idempotent_tools::store::postgres::tokio_postgres::{self, Config, NoTls};
 use idempotent_tools::store::postgres::{PostgresStoreBuilder, deadpool_postgres};
-use idempotent_tools::testing::conformance::kit::{
+use idempotent_tools::store::{ClaimAnswer, ClaimRequest, Store};
+use idempotent_tools_testing::conformance::kit::{
     claimed, finished, fresh_run, refund_key, request, usd,
 };
-use idempotent_tools::{ClaimAnswer, ClaimRequest, Store};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -6,10 +6,13 @@
 use std::sync::Arc;
 
 use idempotent_tools::store::postgres::PostgresStoreBuilder;
-use idempotent_tools::testing::conformance::kit::{
+use idempotent_tools::{
+    Error,
+    store::{Store, StoreError},
+};
+use idempotent_tools_testing::conformance::kit::{
     CountingProvider as Provider, fresh_run, refund_call, refunds,
 };
-use idempotent_tools::{Error, Store, StoreError};
 
 use crate::{Schema, admin};
 

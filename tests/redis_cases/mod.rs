@@ -4,15 +4,18 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idempotent_tools::store::RedisStore;
+use idempotent_tools::RedisStore;
 use idempotent_tools::store::redis::redis;
-use idempotent_tools::{ClaimAnswer, ClaimRequest, Records, Store};
+use idempotent_tools::{
+    records::Records,
+    store::{ClaimAnswer, ClaimRequest, Store},
+};
 use tracing::instrument::WithSubscriber;
 use tracing_subscriber::layer::SubscriberExt;
 
 use crate::harness::Trial;
 use crate::{Prefixed, URL, admin};
-use idempotent_tools::testing::conformance::kit::{
+use idempotent_tools_testing::conformance::kit::{
     CountingProvider as Provider, Ends, Holder, claimed, finished, fresh_run, refund_call,
     refund_key, refunds, request,
 };

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use idempotent_tools::store::RedisStore;
+use idempotent_tools::RedisStore;
 use idempotent_tools::store::redis::redis;
-use idempotent_tools::{ClaimAnswer, Store, StoreError};
+use idempotent_tools::store::{ClaimAnswer, Store, StoreError};
 
 use super::hex;
 use crate::{Prefixed, admin};
-use idempotent_tools::testing::conformance::kit::{
+use idempotent_tools_testing::conformance::kit::{
     self, assert_each_cause_once, claimed, error_chain, finished, fresh_run, in_flight, refund_key,
     request,
 };

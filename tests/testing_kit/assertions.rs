@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use idempotent_tools::CallId;
-use idempotent_tools::testing::{
+use idempotent_tools_testing::{
     Provider, Runner, Tools, assert_one_action, assert_same_key_for_same_ask,
 };
 

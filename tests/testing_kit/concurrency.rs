@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idempotent_tools::CallId;
-use idempotent_tools::testing::{
+use idempotent_tools_testing::{
     Concurrency, Provider, ProviderError, Runner, ScriptedModel, Tools,
 };
 use serde_json::json;

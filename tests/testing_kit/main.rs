@@ -1,7 +1,7 @@
 //! The test kit itself: the scripted model, the runner and the stand-in
 //! provider do what the tests built on them rely on.
 
-use idempotent_tools::testing::ToolCall;
+use idempotent_tools_testing::ToolCall;
 use serde::Deserialize;
 use serde_json::json;
 

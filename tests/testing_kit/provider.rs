@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use idempotent_tools::testing::{Provider, ProviderError};
+use idempotent_tools_testing::{Provider, ProviderError};
 
 #[tokio::test]
 async fn the_provider_keeps_the_first_refund_under_a_key() {

@@ -4,8 +4,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idempotent_tools::testing::{Provider, ProviderError, Runner, ScriptedModel, ToolCall, Tools};
 use idempotent_tools::{CallId, Run};
+use idempotent_tools_testing::{Provider, ProviderError, Runner, ScriptedModel, ToolCall, Tools};
 use serde_json::json;
 
 use crate::tools::{InFlight, counted_refunds};

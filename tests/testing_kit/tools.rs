@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use idempotent_tools::CallId;
-use idempotent_tools::testing::{Provider, ProviderError, Tools};
+use idempotent_tools_testing::{Provider, ProviderError, Tools};
 use tokio::sync::Barrier;
 
 use crate::Args;

@@ -12,7 +12,7 @@ use idempotent_benches::{
     Network, Provider, Refund, bench_run, current_thread, plain_key, refund, refund_key,
     refund_tool, render_plain_key,
 };
-use idempotent_tools::{MemoryStore, Records};
+use idempotent_tools::{MemoryStore, records::Records};
 
 use crate::{FIRST_ORDER, FLOOR_REFUND, timed};
 

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use idempotent_tools::{Ending, Store};
+use idempotent_tools::store::{Ending, Store};
 use serde_json::Value;
 
 use crate::records::{

@@ -1,7 +1,7 @@
 //! The tool on Postgres: every command in a schema of its own, a database
 //! without the schema or with a newer one, and a server it cannot reach.
 
-use idempotent_tools::store::PostgresStore;
+use idempotent_tools::PostgresStore;
 use idempotent_tools::store::postgres::tokio_postgres::{self, NoTls};
 
 use crate::commands::{every_command, stats_and_purge};

@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use idempotent_tools::{
-    ClaimAnswer, ClaimRequest, Ending, Fingerprint, Finished, Key, Recorded, Store, ToolId,
+    call::{Fingerprint, Key, ToolId},
+    store::{ClaimAnswer, ClaimRequest, Ending, Finished, Recorded, Store},
 };
 use serde_json::Value;
 

@@ -4,8 +4,11 @@
 
 use std::time::{Duration, SystemTime};
 
-use idempotent_tools::store::RedisStore;
-use idempotent_tools::{Ending, Forget, RecordQuery, Records};
+use idempotent_tools::RedisStore;
+use idempotent_tools::{
+    records::{Forget, RecordQuery, Records},
+    store::Ending,
+};
 
 use crate::commands::every_command;
 use crate::records::{CANCEL, REFUND, claim, finish, finish_keeping, fresh_run, key};
@@ -31,7 +34,7 @@ async fn store() -> (RedisStore, String) {
 /// Removes what a case left under its prefix.
 async fn clean(store: &RedisStore) {
     let page = store
-        .list(&RecordQuery::new().limit(idempotent_tools::store::MAX_PAGE))
+        .list(&RecordQuery::new().limit(idempotent_tools::records::MAX_PAGE))
         .await
         .expect("list");
     for record in page.records {

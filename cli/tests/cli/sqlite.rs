@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use idempotent_tools::store::SqliteStore;
+use idempotent_tools::SqliteStore;
 
 use crate::commands::{every_command, stats_and_purge};
 use crate::run::cli;
@@ -59,7 +59,7 @@ pub async fn a_database_without_the_schema_is_bad_usage_and_gets_none() {
     assert!(
         matches!(
             SqliteStore::builder(&path).create(false).open(),
-            Err(idempotent_tools::StoreError::MissingSchema)
+            Err(idempotent_tools::store::StoreError::MissingSchema)
         ),
         "the tool created a schema"
     );

@@ -2,8 +2,8 @@
 //! through the tool context, which the model never sees.
 
 use idempotent_tools::rig::run_of;
-use idempotent_tools::testing::{Provider, Refund};
 use idempotent_tools::{Outcome, Run, idempotent};
+use idempotent_tools_testing::{Provider, Refund};
 use rig_core::tool::{ContextValue, Tool, ToolContext};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

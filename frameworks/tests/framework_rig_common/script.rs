@@ -112,5 +112,8 @@ pub fn assert_one_fresh_then_replays(results: &[ToolResult]) {
         .iter()
         .find(|r| status(r).as_deref() == Some("replay"));
     let note = replay.map(|r| shown(r)[0]["value"]["note"].clone());
-    assert_eq!(note, Some(json!(idempotent_tools::DEFAULT_REPLAY_NOTE)));
+    assert_eq!(
+        note,
+        Some(json!(idempotent_tools::call::DEFAULT_REPLAY_NOTE))
+    );
 }

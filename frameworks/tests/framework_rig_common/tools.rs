@@ -5,8 +5,8 @@
 use std::sync::LazyLock;
 
 use idempotent_tools::rig::run_of;
-use idempotent_tools::testing::{Provider, Refund};
 use idempotent_tools::{Outcome, Run, idempotent};
+use idempotent_tools_testing::{Provider, Refund};
 use rig_core::rig_tool;
 use rig_core::tool::{Tool, ToolContext};
 use serde::Deserialize;

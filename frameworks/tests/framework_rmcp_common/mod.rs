@@ -14,8 +14,8 @@ use hyper_util::service::TowerToHyperService;
 use idempotent_tools::rmcp::{
     Principal, ResolvesRuns, RunHeaderLayer, RunPolicy, STATUS_META_KEY, SessionRuns, with_run,
 };
-use idempotent_tools::testing::{Provider, ProviderError, Refund};
 use idempotent_tools::{FreeText, Outcome, Run, idempotent};
+use idempotent_tools_testing::{Provider, ProviderError, Refund};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{

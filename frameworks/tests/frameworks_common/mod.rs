@@ -1,7 +1,7 @@
 //! What the rig tests share: the tools' error and the key they hand
 //! to the test kit's stand-in provider.
 
-use idempotent_tools::testing::ProviderError;
+use idempotent_tools_testing::ProviderError;
 
 /// The key the guard holds, in the provider's form: the provider then
 /// deduplicates a retry after a lost reply.

@@ -23,6 +23,7 @@ use crate::outcome::{Outcome, ToolOutput};
 
 mod method_tool;
 mod prepare;
+pub mod rmcp;
 mod site;
 
 pub use method_tool::{MethodTool, type_identity};

@@ -39,7 +39,8 @@ pub trait FingerprintArg {
 
 impl<T: Serialize + ?Sized> FingerprintArg for T {
     fn add_to(&self, name: &str, fingerprint: &mut FingerprintBuilder) -> Result<(), Error> {
-        fingerprint.arg(name, self).map(|_| ())
+        fingerprint.arg(name, self)?;
+        Ok(())
     }
 
     fn add_vouched_to(
@@ -47,7 +48,7 @@ impl<T: Serialize + ?Sized> FingerprintArg for T {
         name: &str,
         fingerprint: &mut FingerprintBuilder,
     ) -> Result<(), Error> {
-        fingerprint.arg_vouched(name, self)
+        Ok(fingerprint.arg_vouched(name, self)?)
     }
 }
 

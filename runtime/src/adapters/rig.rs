@@ -80,7 +80,7 @@ pub fn run_of(context: &ToolContext) -> Result<Run, Error> {
 /// parameter, and for hand-written tools.
 ///
 /// ```
-/// use idempotent_tools::{Call, Key, Outcome, Run, rig::{InRun, context}};
+/// use idempotent_tools::{Outcome, Run, call::{Call, Key}, rig::{InRun, context}};
 /// use rig_core::tool::{Tool, ToolContext};
 ///
 /// #[derive(Debug, thiserror::Error)]

@@ -11,8 +11,6 @@ use serde::ser::{
     Serializer,
 };
 
-use crate::call_id::is_call_id_name;
-
 /// A value, serialized with the fields under it named as call ids left out.
 pub(crate) struct WithoutCallIds<'a, T: ?Sized>(pub(crate) &'a T);
 
@@ -406,6 +404,46 @@ impl Serializer for KeyName {
     }
 }
 
+/// Whether a name is that of a call's id, as the model APIs and agent
+/// frameworks name one: `call_id`, `tool_call_id`, `tool_use_id`,
+/// `function_call_id`, `invocation_id` or `request_id`. Only ASCII letters
+/// and digits count, in lower case, so `toolUseId`, `TOOL_USE_ID` and
+/// `tool-use-id` are `tool_use_id`. The attribute refuses the same names in
+/// a key (`macros/src/names.rs`).
+fn is_call_id_name(name: &str) -> bool {
+    // Every one ends in `id`: most names of a fingerprinted value are
+    // turned away at their last letter.
+    let last = name.bytes().rev().find(u8::is_ascii_alphanumeric);
+    if !matches!(last, Some(b'd' | b'D')) {
+        return false;
+    }
+    // The longest of the names, squashed, is 14 bytes.
+    let mut squashed = [0u8; 16];
+    let mut len = 0;
+    for byte in name.bytes() {
+        if byte.is_ascii_alphanumeric() {
+            let Some(slot) = squashed.get_mut(len) else {
+                return false;
+            };
+            *slot = byte.to_ascii_lowercase();
+            len += 1;
+        } else if !byte.is_ascii() {
+            return false;
+        }
+    }
+    matches!(
+        squashed.get(..len),
+        Some(
+            b"callid"
+                | b"toolcallid"
+                | b"tooluseid"
+                | b"functioncallid"
+                | b"invocationid"
+                | b"requestid"
+        )
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -413,6 +451,33 @@ mod tests {
     use serde::Serialize;
 
     use super::*;
+
+    #[test]
+    fn a_call_id_name_is_read_in_any_case_and_with_any_separator() {
+        for name in [
+            "call_id",
+            "tool_call_id",
+            "toolCallId",
+            "TOOL_USE_ID",
+            "tool-use-id",
+            "function_call_id",
+            "invocationId",
+            "RequestID",
+        ] {
+            assert!(is_call_id_name(name), "{name}");
+        }
+        for name in [
+            "order_id",
+            "run_id",
+            "id",
+            "recall_id",
+            "call",
+            "tóol_call_id",
+            "",
+        ] {
+            assert!(!is_call_id_name(name), "{name}");
+        }
+    }
 
     fn json<T: Serialize>(value: &T) -> String {
         let mut out = Vec::new();

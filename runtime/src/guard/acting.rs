@@ -9,7 +9,7 @@ use std::time::SystemTime;
 use crate::error::Error;
 use crate::key::Key;
 use crate::observe::{self, Timed};
-use crate::record::{Ending, Finished, Recorded};
+use crate::store::record::{Ending, Finished, Recorded};
 use crate::store::{Store, StoreError, StoreFuture, StoreResult};
 use crate::tool::ToolId;
 

@@ -70,7 +70,7 @@ pub(crate) fn is_acting(key: &str) -> bool {
 /// [`Error::Reentrant`](crate::Error::Reentrant)).
 ///
 /// ```
-/// # use idempotent_tools::{Call, Key, current_key};
+/// # use idempotent_tools::{call::{Call, Key}, current_key};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), idempotent_tools::Error> {
 /// let key = Key::builder().literal("run-1:refund:")?.part("order_id", &1182)?.finish()?;

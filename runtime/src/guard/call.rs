@@ -26,7 +26,7 @@ use super::drive::{ErrorCodec, drive};
 ///
 /// ```
 /// use std::sync::Arc;
-/// use idempotent_tools::{Call, Fingerprint, Key, MemoryStore, Outcome, Run};
+/// use idempotent_tools::{MemoryStore, Outcome, Run, call::{Call, Fingerprint, Key}};
 ///
 /// #[derive(Debug, thiserror::Error)]
 /// enum PayError {
@@ -119,7 +119,7 @@ impl Call {
     /// ```
     /// use std::time::Duration;
     /// use std::sync::Arc;
-    /// use idempotent_tools::{Call, Key, MemoryStore, Policy, Run};
+    /// use idempotent_tools::{MemoryStore, Run, call::{Call, Key, Policy}};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), idempotent_tools::Error> {
@@ -156,7 +156,7 @@ impl Call {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use idempotent_tools::{Call, Key, Policy};
+    /// use idempotent_tools::call::{Call, Key, Policy};
     ///
     /// static SHOP: Policy = Policy {
     ///     wait: Duration::from_secs(60),

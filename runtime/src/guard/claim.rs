@@ -19,7 +19,7 @@ use crate::outcome::{
     ConflictReason, DEFAULT_CONFLICT_NOTE, DEFAULT_REPLAY_NOTE, OTHER_TOOL_NOTE, Outcome,
 };
 use crate::policy::Takeover;
-use crate::record::{Ending, Finished, Recorded};
+use crate::store::record::{Ending, Finished, Recorded};
 use crate::store::{
     ClaimAnswer, ClaimRequest, Store, StoreFuture, StoreResult, Wait, default_store,
 };
@@ -299,7 +299,7 @@ where
         match finished.ending {
             Ending::Ok => match finished.value.decode::<T>() {
                 Ok(value) => Replayed::Value(value),
-                Err(error) => Replayed::Unreadable(error),
+                Err(error) => Replayed::Unreadable(Error::Codec(error)),
             },
             Ending::Err => match errors {
                 Some(codec) => match (codec.replay)(&finished.value) {
@@ -362,7 +362,7 @@ impl Ended {
                 note,
             } => Ok(Outcome::Conflict {
                 first: match first {
-                    Some(first) => Some(first.decode::<T>()?),
+                    Some(first) => Some(first.decode::<T>().map_err(Error::Codec)?),
                     None => None,
                 },
                 reason,

@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use crate::error::Error;
 use crate::observe;
 use crate::outcome::Outcome;
-use crate::record::{Ending, Recorded};
+use crate::store::record::{Ending, Recorded};
 
 use super::acting::{Acting, Completing, Releasing};
 use super::call::Call;
@@ -235,7 +235,7 @@ impl<E: Serialize + DeserializeOwned + Clone + Send + Sync + 'static> ErrorCodec
     pub(crate) fn recording() -> ErrorCodec<E> {
         ErrorCodec {
             record: |e: &E| Recorded::typed(e.clone()),
-            replay: |r: &Recorded| r.decode::<E>(),
+            replay: |r: &Recorded| r.decode::<E>().map_err(Error::Codec),
         }
     }
 }

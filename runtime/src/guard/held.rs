@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use super::answers_at_once;
 use crate::observe;
-use crate::record::{Ending, Finished, Recorded};
+use crate::store::record::{Ending, Finished, Recorded};
 use crate::store::{Claim, Store, StoreError, StoreFuture, StoreResult};
 
 /// The first pause before a store step is tried again.

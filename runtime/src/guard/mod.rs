@@ -16,7 +16,7 @@ mod held;
 use std::any::Any;
 use std::sync::Arc;
 
-use crate::store::{MemoryStore, Store};
+use crate::{MemoryStore, store::Store};
 
 pub use active::current_key;
 pub use call::Call;

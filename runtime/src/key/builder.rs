@@ -6,7 +6,6 @@ use std::sync::Arc;
 use super::part::{KeyPart, KeyPartWriter, separates};
 use super::pending::PendingKey;
 use super::{Key, KeyError};
-use crate::error::Error;
 use crate::run::Run;
 
 thread_local! {
@@ -46,13 +45,12 @@ impl KeyBuilder {
     }
 
     /// Appends literal template text, such as `:refund:`.
-    pub fn literal(mut self, text: &str) -> Result<KeyBuilder, Error> {
+    pub fn literal(mut self, text: &str) -> Result<KeyBuilder, KeyError> {
         if let Some(ch) = text.chars().find(|c| matches!(c, '%' | '<' | '>')) {
             return Err(KeyError::ReservedChar {
                 literal: text.to_owned(),
                 ch,
-            }
-            .into());
+            });
         }
         if self.open_part && !text.is_empty() {
             if separates(text) {
@@ -60,8 +58,7 @@ impl KeyBuilder {
             } else {
                 return Err(KeyError::NoSeparator {
                     literal: text.to_owned(),
-                }
-                .into());
+                });
             }
         }
         self.buf.push_str(text);
@@ -84,7 +81,7 @@ impl KeyBuilder {
         mut self,
         name: &'static str,
         value: &P,
-    ) -> Result<KeyBuilder, Error> {
+    ) -> Result<KeyBuilder, KeyError> {
         self.push_part(name, value)?;
         Ok(self)
     }
@@ -95,14 +92,14 @@ impl KeyBuilder {
         &mut self,
         name: &'static str,
         value: &P,
-    ) -> Result<(), Error> {
+    ) -> Result<(), KeyError> {
         if self.open_part {
-            return Err(KeyError::AdjacentParts { part: name }.into());
+            return Err(KeyError::AdjacentParts { part: name });
         }
         let before = self.buf.len();
         value.write_key_part(&mut KeyPartWriter::new(&mut self.buf));
         if self.buf.len() == before {
-            return Err(KeyError::EmptyPart { part: name }.into());
+            return Err(KeyError::EmptyPart { part: name });
         }
         self.parts += 1;
         self.open_part = true;
@@ -111,34 +108,34 @@ impl KeyBuilder {
 
     /// Appends the run in scope (see [`Run::scope`](crate::Run::scope)).
     ///
-    /// Fails with [`Error::MissingRun`] outside a run scope: a key without
+    /// Fails with [`KeyError::NoRun`] outside a run scope: a key without
     /// its run would merge the same action from different runs.
-    pub fn run(mut self) -> Result<KeyBuilder, Error> {
+    pub fn run(mut self) -> Result<KeyBuilder, KeyError> {
         self.push_run()?;
         Ok(self)
     }
 
     /// [`KeyBuilder::run`] in place.
-    pub(crate) fn push_run(&mut self) -> Result<(), Error> {
+    pub(crate) fn push_run(&mut self) -> Result<(), KeyError> {
         match Run::current() {
             Some(run) => self.push_part("run", &run),
-            None => Err(Error::MissingRun),
+            None => Err(KeyError::NoRun),
         }
     }
 
     /// Finishes the key.
-    pub fn finish(self) -> Result<Key, Error> {
+    pub fn finish(self) -> Result<Key, KeyError> {
         if self.parts == 0 {
-            return Err(KeyError::NoParts.into());
+            return Err(KeyError::NoParts);
         }
         Ok(Key(Arc::from(self.buf.as_str())))
     }
 
     /// Finishes the key as text, in the buffer it was rendered in: the key
     /// of a guarded call, allocated only if a store must keep it.
-    pub(crate) fn finish_pending(mut self) -> Result<PendingKey, Error> {
+    pub(crate) fn finish_pending(mut self) -> Result<PendingKey, KeyError> {
         if self.parts == 0 {
-            return Err(KeyError::NoParts.into());
+            return Err(KeyError::NoParts);
         }
         Ok(PendingKey::rendered(std::mem::take(&mut self.buf)))
     }
@@ -191,7 +188,7 @@ mod tests {
         let err = Key::builder().part("order_id", "").err();
         assert!(matches!(
             err,
-            Some(Error::Key(KeyError::EmptyPart { part: "order_id" }))
+            Some(KeyError::EmptyPart { part: "order_id" })
         ));
     }
 
@@ -200,12 +197,12 @@ mod tests {
         let b = Key::builder().part("a", "1").unwrap();
         assert!(matches!(
             b.part("b", "2").err(),
-            Some(Error::Key(KeyError::AdjacentParts { part: "b" }))
+            Some(KeyError::AdjacentParts { part: "b" })
         ));
         let b = Key::builder().part("a", "1").unwrap();
         assert!(matches!(
             b.literal("x").err(),
-            Some(Error::Key(KeyError::NoSeparator { .. }))
+            Some(KeyError::NoSeparator { .. })
         ));
     }
 
@@ -228,7 +225,7 @@ mod tests {
     #[test]
     fn a_key_without_parts_is_refused() {
         let b = Key::builder().literal("refund").unwrap();
-        assert!(matches!(b.finish(), Err(Error::Key(KeyError::NoParts))));
+        assert!(matches!(b.finish(), Err(KeyError::NoParts)));
     }
 
     #[test]

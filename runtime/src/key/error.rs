@@ -45,13 +45,21 @@ pub enum KeyError {
         /// The reserved character.
         ch: char,
     },
+    /// `<run>` outside any run scope: a key without its run would merge the
+    /// same action from different runs. The guard reports it as
+    /// [`Error::MissingRun`](crate::Error::MissingRun).
+    #[error(
+        "no run in scope for the key's run part; enter one with `Run::scope(..)` or pass the run \
+         as an argument"
+    )]
+    NoRun,
     /// A key with no part at all would make every call the same action.
     #[error(
         "a key needs at least one part; a key of fixed text makes every call one action. \
          Key on the run and the object acted on, as in `<run>:refund:<order_id>`"
     )]
     NoParts,
-    /// Text given to [`Key::parse`](crate::Key::parse) that no template
+    /// Text given to [`Key::parse`](crate::call::Key::parse) that no template
     /// renders.
     #[error("`{text}` is not a key that a template renders: {problem}")]
     Unrenderable {

@@ -40,7 +40,7 @@ const PROVIDER_KEY_PREFIX: usize = PROVIDER_KEY_MAX - 2 - 64;
 /// Cloning a key is cheap (a reference count).
 ///
 /// ```
-/// use idempotent_tools::{Key, Run};
+/// use idempotent_tools::{Run, call::Key};
 ///
 /// let run = Run::new("run-7")?;
 /// let key = Key::builder()
@@ -74,7 +74,7 @@ impl Key {
     /// digits), so a reduced key cannot equal a short one.
     ///
     /// ```
-    /// use idempotent_tools::Key;
+    /// use idempotent_tools::call::Key;
     ///
     /// let long = "x".repeat(1000);
     /// let key = Key::builder().literal("refund:")?.part("order", &long)?.finish()?;
@@ -117,7 +117,7 @@ impl Key {
     /// a second spelling of one that a tool does (`%41` beside `A`).
     ///
     /// ```
-    /// use idempotent_tools::{Key, KeyError, KeyTextProblem};
+    /// use idempotent_tools::call::{Key, KeyError, KeyTextProblem};
     ///
     /// let key = Key::parse("run-7:refund:1182%3A7")?;
     /// assert_eq!(key.as_str(), "run-7:refund:1182%3A7");

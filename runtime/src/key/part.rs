@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::Key;
+use crate::run::Run;
 
 /// A value that may be part of an idempotency key.
 ///
@@ -13,7 +14,7 @@ use super::Key;
 /// `#[derive(KeyPart)]` or by hand:
 ///
 /// ```
-/// use idempotent_tools::{KeyPart, KeyPartWriter};
+/// use idempotent_tools::{KeyPart, call::KeyPartWriter};
 ///
 /// struct OrderId(u64);
 ///
@@ -237,6 +238,12 @@ impl<T: KeyPart + ?Sized> KeyPart for std::rc::Rc<T> {
 }
 
 impl KeyPart for Key {
+    fn write_key_part(&self, out: &mut KeyPartWriter<'_>) {
+        out.write_str(self.as_str())
+    }
+}
+
+impl KeyPart for Run {
     fn write_key_part(&self, out: &mut KeyPartWriter<'_>) {
         out.write_str(self.as_str())
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
 use crate::outcome::ConflictReason;
-use crate::record::{Finished, Recorded};
+use crate::store::record::{Finished, Recorded};
 use crate::tool::ToolId;
 
 /// A request to claim a key.

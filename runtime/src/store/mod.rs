@@ -1,63 +1,89 @@
-//! Stores: where claims and records live.
+//! For store writers: the claim protocol every store speaks, and each
+//! store's settings.
 //!
 //! Every store answers the same atomic question, [`Store::claim`]: may this
 //! caller act under this key, or has someone acted or is acting already? The
-//! guard in [`crate::Call`] builds everything else on that one call.
+//! guard in [`Call`](crate::call::Call) builds everything else on that one
+//! call. The stores themselves are at the crate's root; their builders,
+//! defaults and schemas are in [`memory`], `sqlite`, `postgres` and `redis`.
 //!
-//! - this module: the [`Store`] trait and its contract;
-//! - `claim`: a claim requested, held, and answered;
-//! - `error`: what a step can fail with;
-//! - `future`: the future a step returns;
-//! - `default`: the process default store;
-//! - `inspect`: what an operator reads;
-//! - one module per store: [`memory`], `sqlite`, `postgres`, over the
-//!   shared core of the durable ones (`durable`), and `redis`.
+//! In the source: `claim` holds a claim requested, held, and answered;
+//! `error` what a step can fail with; `future` the future a step returns;
+//! `default` the process default store; `records` and `purger` what an
+//! operator reads and cleans; one module per store, over the shared core of
+//! the durable ones (`durable`).
 
 use std::time::Duration;
 
 mod claim;
-mod default;
+pub(crate) mod default;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
 #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 mod durable;
 mod error;
 mod future;
-pub mod memory;
+#[path = "memory/mod.rs"]
+pub(crate) mod memory_store;
 #[cfg(feature = "postgres")]
-pub mod postgres;
-mod purger;
-mod records;
+#[path = "postgres/mod.rs"]
+pub(crate) mod postgres_store;
+pub(crate) mod purger;
+pub(crate) mod record;
+pub(crate) mod records;
 #[cfg(feature = "redis")]
-pub mod redis;
+#[path = "redis/mod.rs"]
+pub(crate) mod redis_store;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod schema;
 #[cfg(feature = "sqlite")]
-pub mod sqlite;
+#[path = "sqlite/mod.rs"]
+pub(crate) mod sqlite_store;
 
+pub use crate::store::record::{Ending, Finished, Recorded};
 pub use claim::{Claim, ClaimAnswer, ClaimRequest, Wait};
-pub use default::{IntoStore, default_store, set_default_store};
+pub use default::{IntoStore, default_store};
 pub use error::{StoreError, StoreResult};
 pub use future::StoreFuture;
-pub use memory::MemoryStore;
-#[cfg(feature = "postgres")]
-pub use postgres::PostgresStore;
-pub use purger::{Purger, PurgerError};
-pub use records::{
-    DEFAULT_PAGE, Forget, MAX_PAGE, Record, RecordCount, RecordPage, RecordQuery, RecordState,
-    Records,
+pub(crate) use memory_store::MemoryStore;
+pub(crate) use records::{
+    Forget, Record, RecordCount, RecordPage, RecordQuery, RecordState, Records,
 };
-#[cfg(feature = "redis")]
-pub use redis::RedisStore;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use schema::SCHEMA_VERSION;
+
+/// The memory store's settings. The store is [`crate::MemoryStore`].
+pub mod memory {
+    pub use super::memory_store::DEFAULT_SWEEP_EVERY;
+}
+
+/// The SQLite store's builder, settings and schema. The store is
+/// [`SqliteStore`](crate::SqliteStore).
 #[cfg(feature = "sqlite")]
-pub use sqlite::SqliteStore;
+pub mod sqlite {
+    pub use super::sqlite_store::{
+        DEFAULT_BUSY_TIMEOUT, DEFAULT_POLL_FIRST, DEFAULT_POLL_MAX, DEFAULT_PURGE_BATCH,
+        SQLITE_SCHEMA, SqliteStoreBuilder, rusqlite,
+    };
+}
+
+/// The Postgres store's builder, settings and schema. The store is
+/// [`PostgresStore`](crate::PostgresStore).
+#[cfg(feature = "postgres")]
+pub mod postgres {
+    pub use super::postgres_store::{
+        DEFAULT_PURGE_BATCH, LISTENER_NAME, NOTIFY_CHANNEL, POSTGRES_SCHEMA, PostgresStoreBuilder,
+        RECHECK_EVERY, deadpool_postgres, tokio_postgres,
+    };
+}
+
+/// The Redis store's builder and settings. The store is
+/// [`RedisStore`](crate::RedisStore).
+#[cfg(feature = "redis")]
+pub mod redis {
+    pub use super::redis_store::{DEFAULT_PREFIX, RECHECK_EVERY, RedisStoreBuilder, redis};
+}
 
 use std::any::Any;
-
-use crate::record::Finished;
-#[cfg(doc)]
-use crate::record::Recorded;
 
 /// Where claims and records live.
 ///
@@ -93,8 +119,9 @@ use crate::record::Recorded;
 ///
 /// Listing, inspecting, counting, forgetting and purging records are not
 /// part of the protocol the guard needs: a store offers them by also
-/// implementing [`Records`], which the command-line tool, the [`Purger`]
-/// and the conformance suite's record cases use.
+/// implementing [`Records`], which the command-line tool, the
+/// [`Purger`](crate::store::Purger) and the conformance suite's record
+/// cases use.
 ///
 /// # Writing a store
 ///
@@ -106,7 +133,7 @@ use crate::record::Recorded;
 /// use idempotent_tools::store::{
 ///     Claim, ClaimAnswer, ClaimRequest, Store, StoreFuture, StoreResult,
 /// };
-/// use idempotent_tools::{Finished, MemoryStore};
+/// use idempotent_tools::{MemoryStore, store::Finished};
 ///
 /// /// A memory store that counts claims.
 /// struct Counting {

@@ -44,7 +44,7 @@ pub enum PurgerError {
 /// use std::sync::Arc;
 /// use std::time::Duration;
 /// use idempotent_tools::MemoryStore;
-/// use idempotent_tools::store::Purger;
+/// use idempotent_tools::records::Purger;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -120,13 +120,13 @@ async fn purge_every(store: Arc<dyn Records>, every: Duration) {
         ticks.tick().await;
         match store.purge_expired().await {
             Ok(purged) => tracing::debug!(
-                target: crate::observe::TARGET,
+                target: crate::TARGET,
                 store = store.kind(),
                 purged,
                 "purged expired records"
             ),
             Err(err) => tracing::warn!(
-                target: crate::observe::TARGET,
+                target: crate::TARGET,
                 store = store.kind(),
                 error = &err as &(dyn std::error::Error + 'static),
                 every = ?every,

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use super::StoreError;
 use super::{Store, StoreFuture, StoreResult};
 use crate::key::Key;
-use crate::record::{Ending, Recorded};
+use crate::store::record::{Ending, Recorded};
 use crate::tool::ToolId;
 
 /// The most records one page holds, whatever a query asks for.
@@ -28,12 +28,12 @@ pub const DEFAULT_PAGE: usize = 100;
 /// Not part of the claim protocol: the guard never calls them, and a store
 /// that implements only [`Store`] guards calls as well as any. A store that
 /// also implements `Records` can be read and cleaned by the command-line
-/// tool, kept by a [`Purger`](super::Purger), and run through the
+/// tool, kept by a [`Purger`](crate::store::Purger), and run through the
 /// conformance suite's record cases. Every store of this crate implements
 /// it.
 ///
 /// ```
-/// use idempotent_tools::store::{MemoryStore, RecordQuery, Records};
+/// use idempotent_tools::{MemoryStore, records::{RecordQuery, Records}};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), idempotent_tools::store::StoreError> {
@@ -139,7 +139,7 @@ pub enum RecordState {
     /// The action finished with a result, which every repeat replays.
     Done,
     /// The outcome is unknown: a holder stopped mid-action under
-    /// [`Takeover::ReportUnknown`](crate::Takeover::ReportUnknown), or its
+    /// [`Takeover::ReportUnknown`](crate::call::Takeover::ReportUnknown), or its
     /// result could not be kept. Every call gets
     /// [`Error::UnknownOutcome`](crate::Error::UnknownOutcome) until an
     /// operator forgets the key.
@@ -208,7 +208,7 @@ impl fmt::Display for RecordState {
 ///
 /// ```
 /// use std::time::Duration;
-/// use idempotent_tools::store::{RecordQuery, RecordState};
+/// use idempotent_tools::records::{RecordQuery, RecordState};
 ///
 /// let stuck = RecordQuery::new()
 ///     .state(RecordState::Unknown)
@@ -427,7 +427,7 @@ impl RecordCount {
 pub enum Forget {
     /// A finished record, or a held claim whose lease ran out (its holder
     /// stopped). A claim whose lease is live is refused with
-    /// [`StoreError::LiveClaim`](crate::StoreError::LiveClaim): its action
+    /// [`StoreError::LiveClaim`](crate::store::StoreError::LiveClaim): its action
     /// may be running right now.
     #[default]
     UnlessLive,

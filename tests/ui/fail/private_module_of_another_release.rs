@@ -7,10 +7,7 @@
 extern crate idempotent_tools as released;
 extern crate self as idempotent_tools;
 
-pub use released::{
-    Call, Error, Fingerprint, Key, KeyPart, KeyPartWriter, Outcome, Policy, Run, Takeover,
-    idempotent,
-};
+pub use released::{Error, KeyPart, Outcome, Run, call, idempotent};
 
 #[doc(hidden)]
 pub mod __private0_2 {

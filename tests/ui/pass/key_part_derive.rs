@@ -1,6 +1,6 @@
 //! `#[derive(KeyPart)]` on newtypes and fieldless enums, used in keys.
 
-use idempotent_tools::{Key, KeyPart, Outcome, Run, idempotent};
+use idempotent_tools::{KeyPart, Outcome, Run, call::Key, idempotent};
 
 #[derive(Debug, thiserror::Error)]
 enum PayError {

@@ -60,7 +60,7 @@ use ::rmcp::model::{CallToolRequestParams, RequestMetaObject};
 
 pub use self::http::{RUN_HEADER, RunHeader, RunHeaderLayer};
 pub use self::policy::{RunPolicy, RunSource, Unscoped};
-pub use self::run::{EmptyPrincipal, Principal, ResolvesRuns, RunError, run_of};
+pub use self::run::{EmptyPrincipal, Principal, RequestRunError, ResolvesRuns, run_of};
 pub use self::session::SessionRuns;
 use crate::run::Run;
 

@@ -83,7 +83,7 @@ impl IntoContents for Error {
 impl From<Error> for ErrorData {
     fn from(err: Error) -> ErrorData {
         match err {
-            Error::MissingRun | Error::EmptyRun | Error::Key(_) => {
+            Error::MissingRun | Error::Run(_) | Error::Key(_) => {
                 ErrorData::invalid_params(err.to_string(), None)
             }
             other => ErrorData::internal_error(other.to_string(), None),

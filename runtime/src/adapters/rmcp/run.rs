@@ -21,7 +21,7 @@ use crate::run::Run;
 /// Why a request has no run. Nothing was done: the tool did not run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum RunError {
+pub enum RequestRunError {
     /// `_meta["idempotent/run"]` is there but is not a non-empty string.
     #[error(
         "`_meta.{RUN_META_KEY}` must be a non-empty string naming the agent run, so that \
@@ -45,8 +45,8 @@ pub enum RunError {
 
 /// A request's run error is the request's fault: `invalid_params`, which
 /// clients report to the user rather than to the model.
-impl From<RunError> for ErrorData {
-    fn from(err: RunError) -> ErrorData {
+impl From<RequestRunError> for ErrorData {
+    fn from(err: RequestRunError) -> ErrorData {
         ErrorData::invalid_params(err.to_string(), None)
     }
 }
@@ -152,7 +152,10 @@ pub trait ResolvesRuns {
 /// A source that is there but malformed (an empty `_meta` run, an empty run
 /// header) is refused rather than skipped: its sender meant to scope the
 /// call, and a wider scope would surprise it.
-pub fn run_of(context: &RequestContext<RoleServer>, policy: &RunPolicy) -> Result<Run, RunError> {
+pub fn run_of(
+    context: &RequestContext<RoleServer>,
+    policy: &RunPolicy,
+) -> Result<Run, RequestRunError> {
     let http = context
         .extensions
         .get::<http::request::Parts>()
@@ -181,7 +184,7 @@ pub fn run_of(context: &RequestContext<RoleServer>, policy: &RunPolicy) -> Resul
         }
     }
     match (policy.unscoped(), &principal) {
-        (Unscoped::Refuse, _) => Err(RunError::Unscoped),
+        (Unscoped::Refuse, _) => Err(RequestRunError::Unscoped),
         (Unscoped::ServerWide, None) => Ok(Run::constant(SERVER_WIDE_RUN)),
         // A server that keeps its principals out of the run order still
         // never lets one read another's results.
@@ -191,12 +194,12 @@ pub fn run_of(context: &RequestContext<RoleServer>, policy: &RunPolicy) -> Resul
     }
 }
 
-fn meta_run(context: &RequestContext<RoleServer>) -> Result<Option<Run>, RunError> {
+fn meta_run(context: &RequestContext<RoleServer>) -> Result<Option<Run>, RequestRunError> {
     let Some(value) = context.meta.get(RUN_META_KEY) else {
         return Ok(None);
     };
     let run = value.as_str().and_then(|text| Run::new(text).ok());
-    run.map(Some).ok_or(RunError::BadMeta)
+    run.map(Some).ok_or(RequestRunError::BadMeta)
 }
 
 /// The application's own [`Run`] (tagged `extension`), else the run header's
@@ -204,13 +207,13 @@ fn meta_run(context: &RequestContext<RoleServer>) -> Result<Option<Run>, RunErro
 fn extension_run(
     mcp: &Extensions,
     http: Option<&http::Extensions>,
-) -> Result<Option<(&'static str, Run)>, RunError> {
+) -> Result<Option<(&'static str, Run)>, RequestRunError> {
     if let Some(run) = find::<Run>(mcp, http) {
         return Ok(Some(("extension", run)));
     }
     match find::<HeaderRun>(mcp, http) {
         Some(HeaderRun::Named(run)) => Ok(Some(("header", run))),
-        Some(HeaderRun::Invalid(header)) => Err(RunError::BadHeader(header)),
+        Some(HeaderRun::Invalid(header)) => Err(RequestRunError::BadHeader(header)),
         None => Ok(None),
     }
 }

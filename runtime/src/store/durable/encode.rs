@@ -5,8 +5,11 @@ use std::time::Duration;
 #[cfg(feature = "sqlite")]
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::record::Ending;
-use crate::store::{RecordState, StoreError, StoreResult};
+use crate::store::record::Ending;
+use crate::{
+    store::records::RecordState,
+    store::{StoreError, StoreResult},
+};
 
 /// The longest duration a store writes: about a century. Longer leases or
 /// retentions (such as `Duration::MAX`, meaning "forever") are clamped, so

@@ -7,10 +7,10 @@ use std::time::Duration;
 use super::verdict::{self, Found, Verdict};
 use super::{Backend, Completion, Durable, Holder, encode};
 use crate::key::Key;
-use crate::record::Finished;
-use crate::store::{
-    Claim, ClaimAnswer, ClaimRequest, Forget, Record, RecordCount, RecordPage, RecordQuery,
-    Records, Store, StoreError, StoreFuture, StoreResult,
+use crate::store::record::Finished;
+use crate::{
+    store::records::{Forget, Record, RecordCount, RecordPage, RecordQuery, Records},
+    store::{Claim, ClaimAnswer, ClaimRequest, Store, StoreError, StoreFuture, StoreResult},
 };
 
 impl<D: Durable> Store for D {

@@ -9,7 +9,7 @@
 //!   the owner token, judges a row someone else holds or finished
 //!   ([`verdict`]), checks that a completion, release or renewal changed a
 //!   row still held by its [`Holder`] (or reports
-//!   [`StoreError::LeaseLost`](crate::StoreError::LeaseLost)), refuses a
+//!   [`StoreError::LeaseLost`](crate::store::StoreError::LeaseLost)), refuses a
 //!   result that does not store as JSON before any I/O, loops purges in
 //!   batches, and checks what an operator reads.
 //! - [`encode`]: time as milliseconds, owner tokens as 16 bytes, fences as
@@ -28,7 +28,7 @@
 //!    `subscribe` and `wait` give waiters the store's wake-up (or just
 //!    [`wait::until_let_go`] with no wake-up (`None`)).
 //! 2. Give the public type a field `Arc<TheBackend>` and implement
-//!    [`Durable`] for it: it then is a [`Store`](crate::Store).
+//!    [`Durable`] for it: it then is a [`Store`](crate::store::Store).
 //! 3. Run the durable test suite against it.
 //!
 //! A Redis store, say, is a `Backend` whose steps each call one server-side
@@ -40,14 +40,17 @@
 //! `Backend` and `Durable` are public in name only, in a private module:
 //! nothing outside the crate can name them, so they are sealed, and a
 //! store written outside the library implements `Store` directly (the
-//! example on [`Store`](crate::Store) compiles beside the blanket impl).
+//! example on [`Store`](crate::store::Store) compiles beside the blanket impl).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::key::Key;
-use crate::store::{Claim, ClaimRequest, Record, RecordCount, RecordQuery, StoreResult, Wait};
+use crate::{
+    store::records::{Record, RecordCount, RecordQuery},
+    store::{Claim, ClaimRequest, StoreResult, Wait},
+};
 
 pub(crate) mod encode;
 mod forward;
@@ -97,7 +100,7 @@ impl Holder {
 /// A completion as a backend writes it: the result already checked to
 /// store as JSON.
 pub struct Completion {
-    /// The ending, as [`Ending::as_str`](crate::record::Ending::as_str).
+    /// The ending, as [`Ending::as_str`](crate::store::record::Ending::as_str).
     pub ending: &'static str,
     /// The result as JSON text.
     pub json: String,
@@ -201,7 +204,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
 }
 
 /// A public store type over a [`Backend`]: implementing it makes the type
-/// a [`Store`](crate::Store), through the one forwarding in [`forward`].
+/// a [`Store`](crate::store::Store), through the one forwarding in [`forward`].
 pub trait Durable: Send + Sync + 'static {
     /// The steps.
     type Backend: Backend;

@@ -7,7 +7,7 @@
 use std::time::{Duration, SystemTime};
 
 use crate::outcome::ConflictReason;
-use crate::record::{Ending, Finished, Recorded};
+use crate::store::record::{Ending, Finished, Recorded};
 use crate::store::{ClaimAnswer, ClaimRequest, StoreError, StoreResult};
 
 /// What a claim step found: its own claim, or someone else's row.

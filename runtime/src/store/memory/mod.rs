@@ -24,7 +24,7 @@ use super::{
 };
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
-use crate::record::Finished;
+use crate::store::record::Finished;
 use crate::tool::ToolId;
 
 /// Sweeps run after this many new claims at the least.
@@ -52,7 +52,7 @@ pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(60);
 ///
 /// ```
 /// use std::sync::Arc;
-/// use idempotent_tools::{Call, Key, MemoryStore, Outcome, Run};
+/// use idempotent_tools::{MemoryStore, Outcome, Run, call::{Call, Key}};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), idempotent_tools::Error> {

@@ -11,9 +11,12 @@ use super::{Done, Held, Inner, Slot};
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
 use crate::outcome::ConflictReason;
-use crate::record::{Ending, Finished};
-use crate::store::{Claim, ClaimAnswer, ClaimRequest, Forget, StoreError, StoreResult, Wait};
+use crate::store::record::{Ending, Finished};
 use crate::tool::ToolId;
+use crate::{
+    store::records::Forget,
+    store::{Claim, ClaimAnswer, ClaimRequest, StoreError, StoreResult, Wait},
+};
 
 impl Inner {
     fn new_claim(&self, req: &ClaimRequest<'_>, fence: u64) -> (Held, Claim) {

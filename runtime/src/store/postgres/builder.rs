@@ -140,14 +140,14 @@ impl PostgresStoreBuilder {
     /// while the action's claim stays. The key then reads as a claim whose
     /// holder vanished after acting, the same case as a holder that crashed
     /// between its action and its completion: once the lease runs out, the
-    /// next caller takes it over and the [`Takeover`](crate::Takeover)
+    /// next caller takes it over and the [`Takeover`](crate::call::Takeover)
     /// policy decides whether the action runs again or the outcome is
     /// reported unknown. The result itself is never lost to a caller that
     /// saw it: the committing call returned it.
     ///
     /// ```no_run
-    /// # use idempotent_tools::store::PostgresStore;
-    /// # async fn demo() -> Result<(), idempotent_tools::StoreError> {
+    /// # use idempotent_tools::PostgresStore;
+    /// # async fn demo() -> Result<(), idempotent_tools::store::StoreError> {
     /// let store = PostgresStore::builder("postgres://app@db.internal/app")
     ///     .asynchronous_completions(true)
     ///     .connect()

@@ -89,10 +89,10 @@ pub const RECHECK_EVERY: Duration = Duration::from_secs(2);
 ///
 /// ```no_run
 /// use std::sync::Arc;
-/// use idempotent_tools::store::PostgresStore;
+/// use idempotent_tools::PostgresStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), idempotent_tools::StoreError> {
+/// # async fn main() -> Result<(), idempotent_tools::store::StoreError> {
 /// let url = "postgres://app@db.internal/app";
 /// let store = Arc::new(PostgresStore::connect(url).await?);
 /// store.migrate().await?;

@@ -5,11 +5,14 @@ use std::time::SystemTime;
 
 use super::error::corrupt;
 use crate::key::Key;
-use crate::record::Recorded;
 use crate::store::durable::encode::{self, fence_from, owner_from};
 use crate::store::durable::{Found, Row, RowState};
-use crate::store::{Record, RecordState, StoreResult};
+use crate::store::record::Recorded;
 use crate::tool::ToolId;
+use crate::{
+    store::StoreResult,
+    store::records::{Record, RecordState},
+};
 
 /// What a row of [`super::sql::CLAIM`] says: the caller's claim, someone
 /// else's row, or `None` when the row changed since the statement's

@@ -15,10 +15,11 @@ use super::sql::{self, Statement};
 use super::wait::{Subscription, wait_on};
 use crate::key::Key;
 use crate::store::durable::{Backend, Completion, Forgotten, Found, Holder, encode};
-use crate::store::{
-    ClaimRequest, Record, RecordCount, RecordQuery, RecordState, StoreError, StoreResult, Wait,
-};
 use crate::tool::ToolId;
+use crate::{
+    store::records::{Record, RecordCount, RecordQuery, RecordState},
+    store::{ClaimRequest, StoreError, StoreResult, Wait},
+};
 
 /// How many times a claim is retried when it lost a race in a way that left
 /// it nothing to read (see [`sql::CLAIM`]).

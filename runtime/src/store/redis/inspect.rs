@@ -15,11 +15,12 @@ use super::error::{corrupt, redis_error};
 use super::scripts::{MAX_RELOADS, SCRIPTS};
 use super::steps::parse;
 use crate::key::Key;
-use crate::record::{Ending, Recorded};
-use crate::store::{
-    Record, RecordCount, RecordPage, RecordQuery, RecordState, StoreError, StoreResult,
-};
+use crate::store::record::{Ending, Recorded};
 use crate::tool::ToolId;
+use crate::{
+    store::records::{Record, RecordCount, RecordPage, RecordQuery, RecordState},
+    store::{StoreError, StoreResult},
+};
 
 /// How many keys one `SCAN` asks for, and one pipeline of reads carries.
 const BATCH: usize = 500;

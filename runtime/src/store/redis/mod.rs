@@ -58,7 +58,7 @@ use super::{
     Records, Store, StoreFuture, StoreResult,
 };
 use crate::key::Key;
-use crate::record::Finished;
+use crate::store::record::Finished;
 
 pub use builder::RedisStoreBuilder;
 /// The redis-rs crate this store is built on.
@@ -96,10 +96,10 @@ pub const RECHECK_EVERY: Duration = Duration::from_secs(2);
 ///
 /// ```no_run
 /// use std::sync::Arc;
-/// use idempotent_tools::store::RedisStore;
+/// use idempotent_tools::RedisStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), idempotent_tools::StoreError> {
+/// # async fn main() -> Result<(), idempotent_tools::store::StoreError> {
 /// let store = RedisStore::builder("redis://cache.internal:6379/2")
 ///     .prefix("shop:idempotent:")
 ///     .connect()
@@ -139,7 +139,7 @@ impl RedisStore {
     /// Connects to the server at `url` (such as `redis://127.0.0.1:6379/0`,
     /// or `rediss://` for TLS where redis-rs is built with it) with the
     /// default settings. Fails with
-    /// [`StoreError::Unavailable`](crate::StoreError::Unavailable) if the
+    /// [`StoreError::Unavailable`](crate::store::StoreError::Unavailable) if the
     /// server cannot be reached.
     pub async fn connect(url: &str) -> StoreResult<RedisStore> {
         RedisStore::builder(url).connect().await

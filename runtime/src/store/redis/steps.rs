@@ -17,8 +17,11 @@ use super::scripts::{MAX_RELOADS, SCRIPTS, Script};
 use super::{Inner, RECHECK_EVERY};
 use crate::key::Key;
 use crate::outcome::ConflictReason;
-use crate::record::{Ending, Finished, Recorded};
-use crate::store::{Claim, ClaimAnswer, ClaimRequest, Forget, StoreError, StoreResult, Wait};
+use crate::store::record::{Ending, Finished, Recorded};
+use crate::{
+    store::records::Forget,
+    store::{Claim, ClaimAnswer, ClaimRequest, StoreError, StoreResult, Wait},
+};
 
 /// How long a waiter naps when the store could not listen as it claimed
 /// (the pub/sub connection was down): its claim could not mark the record.

@@ -81,8 +81,8 @@ pub const DEFAULT_PURGE_BATCH: usize = 1000;
 ///
 /// ```
 /// use std::sync::Arc;
-/// use idempotent_tools::{Call, Key};
-/// use idempotent_tools::store::SqliteStore;
+/// use idempotent_tools::call::{Call, Key};
+/// use idempotent_tools::SqliteStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -28,9 +28,9 @@ pub(super) const MIGRATIONS: [&str; SCHEMA_VERSION as usize] =
 ///
 /// ```
 /// use std::time::Duration;
-/// use idempotent_tools::store::SqliteStore;
+/// use idempotent_tools::SqliteStore;
 ///
-/// # fn main() -> Result<(), idempotent_tools::StoreError> {
+/// # fn main() -> Result<(), idempotent_tools::store::StoreError> {
 /// # let path = std::env::temp_dir().join(format!("idempotent-doc-b-{}.db", std::process::id()));
 /// let store = SqliteStore::builder(&path)
 ///     .connections(2)

@@ -2,11 +2,14 @@
 //! operator reads it.
 
 use crate::key::Key;
-use crate::record::Recorded;
 use crate::store::durable::encode::{self, fence_from, from_unix_millis, owner_from};
 use crate::store::durable::{Found, Row, RowState};
-use crate::store::{Record, RecordState, StoreResult};
+use crate::store::record::Recorded;
 use crate::tool::ToolId;
+use crate::{
+    store::StoreResult,
+    store::records::{Record, RecordState},
+};
 
 /// What a claim statement returned, in the columns of [`super::sql::CLAIM`].
 pub(super) struct Returned {

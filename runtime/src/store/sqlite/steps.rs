@@ -16,10 +16,11 @@ use super::sql;
 use crate::key::Key;
 use crate::store::durable::wait::{self, Backoff, Wakeup};
 use crate::store::durable::{Backend, Completion, Forgotten, Found, Holder, encode};
-use crate::store::{
-    ClaimRequest, Record, RecordCount, RecordQuery, RecordState, StoreError, StoreResult, Wait,
-};
 use crate::tool::ToolId;
+use crate::{
+    store::records::{Record, RecordCount, RecordQuery, RecordState},
+    store::{ClaimRequest, StoreError, StoreResult, Wait},
+};
 
 /// A SQLite store's state, shared with its waiters.
 pub struct Inner {

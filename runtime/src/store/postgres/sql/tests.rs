@@ -4,7 +4,7 @@
 //! runs each one against a real server.
 
 use super::*;
-use crate::store::postgres::NOTIFY_CHANNEL;
+use crate::store::postgres_store::NOTIFY_CHANNEL;
 
 const STATEMENTS: [Statement; 15] = [
     SCHEMA_VERSION_OF,

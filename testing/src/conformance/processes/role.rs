@@ -6,7 +6,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::{Call, Error, Fingerprint, Key, Outcome, Run, Store, Takeover};
+use idempotent_tools::{
+    Error, Outcome, Run,
+    call::{Call, Fingerprint, Key, Takeover},
+    store::Store,
+};
 
 /// The environment variable naming a child's role.
 pub(crate) const ROLE: &str = "IDEMPOTENT_TEST_ROLE";

@@ -11,8 +11,12 @@ use super::kit::{
     CountingProvider, RefundError, claimed, finished, fresh_run, offered, refund_call, refund_key,
     refunds, request, within,
 };
-use crate::store::Records;
-use crate::{Call, ClaimAnswer, ClaimRequest, Ending, Error, Key, Store, StoreError};
+use idempotent_tools::records::Records;
+use idempotent_tools::{
+    Error,
+    call::{Call, Key},
+    store::{ClaimAnswer, ClaimRequest, Ending, Store, StoreError},
+};
 
 pub(super) fn cases() -> Vec<Case> {
     vec![

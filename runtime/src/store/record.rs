@@ -9,7 +9,6 @@ use std::time::SystemTime;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::error::Error;
 use crate::store::StoreError;
 
 // Recorded with each result; re-exported here while callers move to `crate::tool`.
@@ -81,16 +80,16 @@ impl Recorded {
     }
 
     /// Reads the value back as `T`.
-    pub fn decode<T: DeserializeOwned + Clone + 'static>(&self) -> Result<T, Error> {
+    pub fn decode<T: DeserializeOwned + Clone + 'static>(&self) -> Result<T, serde_json::Error> {
         match &self.0 {
             Repr::Typed(value) => match value.as_any().downcast_ref::<T>() {
                 Some(value) => Ok(value.clone()),
                 None => {
-                    let json = value.to_json().map_err(Error::Codec)?;
-                    serde_json::from_str(&json).map_err(Error::Codec)
+                    let json = value.to_json()?;
+                    serde_json::from_str(&json)
                 }
             },
-            Repr::Json(json) => serde_json::from_str(json).map_err(Error::Codec),
+            Repr::Json(json) => serde_json::from_str(json),
         }
     }
 }

@@ -29,8 +29,8 @@ use child::{final_word, report_of};
 use role::{FileProvider, LEASE_MS, PROVIDER, RUN, key_of, now_ms};
 pub(crate) use role::{play, role};
 
-use crate::store::Records;
-use crate::{Key, Record};
+use idempotent_tools::records::Records;
+use idempotent_tools::{call::Key, records::Record};
 
 pub(super) fn cases() -> Vec<Case> {
     let scenario = |name, play| Case {

@@ -22,9 +22,10 @@
 //! ```
 //!
 //! ```no_run
-//! use idempotent_tools::testing::conformance::{Scope, Suite};
+//! use idempotent_tools_testing::conformance::{Scope, Suite};
 //! use idempotent_tools::{
-//!     Claim, ClaimAnswer, ClaimRequest, Finished, MemoryStore, Store, StoreFuture, StoreResult,
+//!     MemoryStore,
+//!     store::{Claim, ClaimAnswer, ClaimRequest, Finished, Store, StoreFuture, StoreResult},
 //! };
 //! use std::time::Duration;
 //!
@@ -64,7 +65,7 @@
 //! store that does not [count them](Suite::counting_statements), the record
 //! cases for a store that does not offer [`Records`]
 //! ([`Suite::with_records`]) or answers a step with
-//! [`StoreError::Unsupported`](crate::StoreError::Unsupported), every case
+//! [`StoreError::Unsupported`](idempotent_tools::store::StoreError::Unsupported), every case
 //! when the server's address [is not set](Suite::requiring_env).
 //!
 //! To run a store's own cases beside the suite, take the suite's
@@ -103,8 +104,8 @@ pub use libtest_mimic;
 use libtest_mimic::{Arguments, Trial};
 pub use scope::Scope;
 
-use crate::Store;
-use crate::store::Records;
+use idempotent_tools::records::Records;
+use idempotent_tools::store::Store;
 
 /// The rows a purge deletes per statement in the batch-purging case, for a
 /// store [purging in batches](Suite::purging_in_batches): its factory reads

@@ -20,10 +20,10 @@ use super::tools::Tools;
 ///
 /// ```
 /// use std::time::Duration;
-/// use idempotent_tools::testing::{Provider, assert_one_action};
+/// use idempotent_tools_testing::{Provider, assert_one_action};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), idempotent_tools::testing::ProviderError> {
+/// # async fn main() -> Result<(), idempotent_tools_testing::ProviderError> {
 /// let provider = Provider::with_delay(Duration::ZERO);
 /// provider.refund("1182", 42, Some("run-1:refund:1182")).await?;
 /// provider.refund("1182", 42, Some("run-1:refund:1182")).await?;
@@ -62,7 +62,7 @@ pub fn assert_one_action(provider: &Provider) {
 /// ```
 /// use std::time::Duration;
 /// use idempotent_tools::{CallId, Run};
-/// use idempotent_tools::testing::{Provider, Runner, ToolCall, Tools, assert_same_key_for_same_ask};
+/// use idempotent_tools_testing::{Provider, Runner, ToolCall, Tools, assert_same_key_for_same_ask};
 /// use serde_json::json;
 ///
 /// #[derive(serde::Deserialize)]

@@ -1,4 +1,4 @@
-//! The test kit: a scripted model, a runner and a stand-in payment provider,
+//! The test kit of `idempotent-tools`: a scripted model, a runner and a stand-in payment provider,
 //! so a test can send a tool the duplicates a real model sends and count what
 //! reached the provider. No agent framework and no API key are needed.
 //!
@@ -9,18 +9,18 @@
 //! - [`Provider`]: keeps the first refund under a key, makes one per call
 //!   without a key, takes a real (yielding) network delay, and counts.
 //! - [`assert_one_action`] and [`assert_same_key_for_same_ask`].
-//! - [`conformance`]: the suite that proves a [`Store`](crate::Store) keeps
+//! - [`conformance`]: the suite that proves a [`Store`](idempotent_tools::store::Store) keeps
 //!   every promise the project's stores keep; one call runs it all.
 //!
-//! Enabled by the `testing` feature; the crate's own tests and examples have it.
+//! Add it as a dev-dependency beside `idempotent-tools`, at the same version.
 //!
 //! ```
 //! use std::sync::Arc;
 //! use std::time::Duration;
-//! use idempotent_tools::testing::{
+//! use idempotent_tools_testing::{
 //!     Provider, ProviderError, Refund, Runner, ScriptedModel, ToolCall, Tools, assert_one_action,
 //! };
-//! use idempotent_tools::{Call, CallId, Key, MemoryStore, Outcome, Run, current_key};
+//! use idempotent_tools::{CallId, MemoryStore, Outcome, Run, call::{Call, Key}, current_key};
 //! use serde_json::json;
 //!
 //! #[derive(Debug, thiserror::Error)]
@@ -66,6 +66,9 @@
 //! assert_eq!(transcript.result("call_b").and_then(|r| r.status()), Some("replay"));
 //! # Ok(()) }
 //! ```
+
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod assert;
 pub mod conformance;

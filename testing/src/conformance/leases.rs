@@ -10,7 +10,11 @@ use super::kit::{
     CountingProvider, Ends, Holder, claimed, finished, fresh_run, refund_call, refund_key, refunds,
     request, usd,
 };
-use crate::{ClaimAnswer, ClaimRequest, ConflictReason, Error, Store, StoreError};
+use idempotent_tools::{
+    Error,
+    call::ConflictReason,
+    store::{ClaimAnswer, ClaimRequest, Store, StoreError},
+};
 
 pub(super) fn cases() -> Vec<Case> {
     vec![

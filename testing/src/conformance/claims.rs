@@ -15,8 +15,12 @@ use super::kit::{
     CountingProvider, Ends, Holder, RACING_CLAIMS, RefundError, Refunded, fresh_run,
     race_for_one_key, refund_call, refund_key, refunds, within,
 };
-use crate::store::Records;
-use crate::{Call, ConflictReason, Error, Outcome, Store};
+use idempotent_tools::records::Records;
+use idempotent_tools::{
+    Error, Outcome,
+    call::{Call, ConflictReason},
+    store::Store,
+};
 
 pub(super) fn cases() -> Vec<Case> {
     vec![
@@ -324,7 +328,7 @@ async fn the_action_sees_its_own_key(store: Arc<dyn Store>) {
     let key = refund_key(&run, "1182");
     let seen = Call::new("shop::refund_order", key.clone())
         .store(&store)
-        .run(async { Ok::<_, RefundError>(crate::current_key().map(|k| k.to_string())) })
+        .run(async { Ok::<_, RefundError>(idempotent_tools::current_key().map(|k| k.to_string())) })
         .await
         .expect("outcome");
     assert_eq!(seen.into_value().flatten(), Some(key.to_string()));

@@ -18,9 +18,13 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
-use crate::{
-    Call, Claim, ClaimAnswer, ClaimRequest, Ending, Error, Fingerprint, Finished, Key, Outcome,
-    Recorded, Run, Store, StoreError, StoreResult, ToolId, Wait,
+use idempotent_tools::{
+    Error, Outcome, Run,
+    call::{Call, Fingerprint, Key, ToolId},
+    store::{
+        Claim, ClaimAnswer, ClaimRequest, Ending, Finished, Recorded, Store, StoreError,
+        StoreResult, Wait,
+    },
 };
 
 pub use errors::{assert_each_cause_once, error_chain};

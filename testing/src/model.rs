@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 
 use serde_json::Value;
 
-use crate::call_id::CallId;
+use idempotent_tools::CallId;
 
 use super::runner::ToolResult;
 
@@ -12,7 +12,7 @@ use super::runner::ToolResult;
 /// arguments, as a framework hands them to a tool.
 ///
 /// ```
-/// use idempotent_tools::testing::ToolCall;
+/// use idempotent_tools_testing::ToolCall;
 /// use serde_json::json;
 ///
 /// let call = ToolCall::new("call_a", "refund_order", json!({ "order_id": "1182", "usd": 42 }));
@@ -78,7 +78,7 @@ pub enum Turn {
 /// way a model that reads an error does.
 ///
 /// ```
-/// use idempotent_tools::testing::{ScriptedModel, ToolCall};
+/// use idempotent_tools_testing::{ScriptedModel, ToolCall};
 /// use serde_json::json;
 ///
 /// // The same refund twice in one step, under two call ids, then an answer.

@@ -12,10 +12,12 @@ use std::time::{Duration, SystemTime};
 
 use super::case::{Case, case};
 use super::kit::{fresh_run, offered, refund_key, usd};
-use crate::store::Records;
-use crate::{
-    Claim, ClaimAnswer, ClaimRequest, Ending, Finished, Forget, Key, RecordQuery, RecordState,
-    Recorded, Run, Store, StoreError, ToolId,
+use idempotent_tools::records::Records;
+use idempotent_tools::{
+    Run,
+    call::{Key, ToolId},
+    records::{Forget, RecordQuery, RecordState},
+    store::{Claim, ClaimAnswer, ClaimRequest, Ending, Finished, Recorded, Store, StoreError},
 };
 
 pub(super) fn cases() -> Vec<Case> {
@@ -107,7 +109,7 @@ async fn one_of_each(store: &dyn Store) -> (Run, Claim) {
     (run, held)
 }
 
-fn keys(page: &crate::RecordPage) -> Vec<String> {
+fn keys(page: &idempotent_tools::records::RecordPage) -> Vec<String> {
     page.records
         .iter()
         .map(|r| r.key.as_str().to_owned())
@@ -242,7 +244,7 @@ async fn counts_are_by_tool_and_state(records: Arc<dyn Records>) {
     let before = offered(records.count().await);
     let (_run, _held) = one_of_each(&*store).await;
     let after = offered(records.count().await);
-    let of = |counts: &[crate::RecordCount], tool: &ToolId, state| {
+    let of = |counts: &[idempotent_tools::records::RecordCount], tool: &ToolId, state| {
         counts
             .iter()
             .find(|c| c.tool == *tool && c.state == state)

@@ -65,10 +65,10 @@ pub enum ProviderError {
 ///
 /// ```
 /// use std::time::Duration;
-/// use idempotent_tools::testing::Provider;
+/// use idempotent_tools_testing::Provider;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), idempotent_tools::testing::ProviderError> {
+/// # async fn main() -> Result<(), idempotent_tools_testing::ProviderError> {
 /// let provider = Provider::with_delay(Duration::ZERO);
 /// let first = provider.refund("1182", 42, Some("run-1:refund:1182")).await?;
 /// let again = provider.refund("1182", 42, Some("run-1:refund:1182")).await?;
@@ -187,10 +187,10 @@ impl Provider {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use idempotent_tools::testing::Provider;
+    /// use idempotent_tools_testing::Provider;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), idempotent_tools::testing::ProviderError> {
+    /// # async fn main() -> Result<(), idempotent_tools_testing::ProviderError> {
     /// let provider = Provider::with_delay(Duration::ZERO);
     /// provider.refund("1182", 42, None).await?;
     /// provider.refund("1182", 42, None).await?;

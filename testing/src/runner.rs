@@ -7,7 +7,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::run::Run;
+use idempotent_tools::Run;
 
 use super::model::{ScriptedModel, ToolCall, Turn};
 use super::tools::Tools;
@@ -44,7 +44,7 @@ impl ToolResult {
         }
     }
 
-    /// The `status` of a guarded tool's [`Outcome`](crate::Outcome):
+    /// The `status` of a guarded tool's [`Outcome`](idempotent_tools::Outcome):
     /// `fresh`, `replay` or `conflict`. `None` for an error or a tool that
     /// returns something else.
     pub fn status(&self) -> Option<&str> {
@@ -106,7 +106,7 @@ impl Transcript {
 /// ```
 /// use std::time::Duration;
 /// use idempotent_tools::{CallId, Run};
-/// use idempotent_tools::testing::{Provider, Runner, ScriptedModel, ToolCall, Tools};
+/// use idempotent_tools_testing::{Provider, Runner, ScriptedModel, ToolCall, Tools};
 /// use serde_json::json;
 ///
 /// #[derive(serde::Deserialize)]

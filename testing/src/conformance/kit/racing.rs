@@ -7,7 +7,10 @@ use std::time::Duration;
 use tokio::sync::Barrier;
 
 use super::{TOOL, usd, within};
-use crate::{ClaimAnswer, ClaimRequest, ConflictReason, Fingerprint, Key, Store, ToolId};
+use idempotent_tools::{
+    call::{ConflictReason, Fingerprint, Key, ToolId},
+    store::{ClaimAnswer, ClaimRequest, Store},
+};
 
 /// How many claims [`race_for_one_key`] makes.
 pub const RACING_CLAIMS: usize = 8;

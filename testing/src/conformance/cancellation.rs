@@ -18,7 +18,11 @@ use tokio::sync::Barrier;
 use super::case::{Case, case};
 use super::faulty::Faulty;
 use super::kit::{CountingProvider, PATIENCE, RefundError, Refunded, fresh_run, refund_call};
-use crate::{Call, Error, Outcome, Run, Store, StoreError, Takeover};
+use idempotent_tools::{
+    Error, Outcome, Run,
+    call::{Call, Takeover},
+    store::{Store, StoreError},
+};
 
 pub(super) fn cases() -> Vec<Case> {
     vec![

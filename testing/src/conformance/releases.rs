@@ -12,7 +12,7 @@ use super::case::{Case, case};
 use super::kit::{
     CountingProvider, Ends, Holder, RefundError, Refunded, fresh_run, refund_call, refunds, within,
 };
-use crate::{Error, Store};
+use idempotent_tools::{Error, store::Store};
 
 pub(super) fn cases() -> Vec<Case> {
     vec![

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::kit::NOT_OFFERED;
 use super::processes::Scene;
-use crate::Store;
-use crate::store::Records;
+use idempotent_tools::records::Records;
+use idempotent_tools::store::Store;
 
 /// How many statements the case's store has sent so far.
 pub(crate) type Statements = Arc<dyn Fn() -> u64 + Send + Sync>;
@@ -117,10 +117,10 @@ pub(crate) struct Case {
 /// A case running in this process: `case!(name, [needs], |subject| body)`.
 macro_rules! case {
     ($name:ident, [$($need:ident),*], |$subject:ident| $body:expr) => {
-        $crate::testing::conformance::case::Case {
+        $crate::conformance::case::Case {
             name: stringify!($name),
-            needs: &[$($crate::testing::conformance::case::Need::$need),*],
-            body: $crate::testing::conformance::case::Body::InProcess(|$subject| {
+            needs: &[$($crate::conformance::case::Need::$need),*],
+            body: $crate::conformance::case::Body::InProcess(|$subject| {
                 let _ = &$subject;
                 Box::pin($body)
             }),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::{
+use idempotent_tools::store::{
     Claim, ClaimAnswer, ClaimRequest, Finished, Store, StoreError, StoreFuture, StoreResult,
 };
 

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::call_id::CallId;
+use idempotent_tools::CallId;
 
 use super::model::ToolCall;
 
@@ -28,7 +28,7 @@ type Handler = Arc<dyn Fn(ToolCall) -> Reply + Send + Sync>;
 ///
 /// ```
 /// use idempotent_tools::CallId;
-/// use idempotent_tools::testing::Tools;
+/// use idempotent_tools_testing::Tools;
 ///
 /// #[derive(serde::Deserialize)]
 /// struct Args { order_id: String }

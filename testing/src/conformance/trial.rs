@@ -12,7 +12,7 @@ use super::case::{Body, Case, Connect, Need, Statements, Subject};
 use super::kit::NOT_OFFERED;
 use super::processes::{self, Scene};
 use super::{Count, PURGE_BATCH, Scope, Suite};
-use crate::Store;
+use idempotent_tools::store::Store;
 
 /// Every case of the suite, and the children's entry point unless the store
 /// lives within one process.

@@ -1,0 +1,12 @@
+//! For operators: read, count, forget and purge a store's records.
+//!
+//! The guard never calls any of this. A store offers it by implementing
+//! [`Records`] beside [`Store`](crate::store::Store); every store of this
+//! crate does. The `idempotent-tools` command-line tool is built on it, and
+//! a [`Purger`] keeps a store small on a timer.
+
+pub use crate::store::purger::{Purger, PurgerError};
+pub use crate::store::records::{
+    DEFAULT_PAGE, Forget, MAX_PAGE, Record, RecordCount, RecordPage, RecordQuery, RecordState,
+    Records,
+};
