@@ -729,7 +729,7 @@ async fn instrument_below_the_guard_refunds_once() {
 }
 
 /// The attribute refuses call ids in a key by name (`macros/src/names.rs`),
-/// and the fingerprint leaves the same names out (`runtime/src/call_id.rs`):
+/// and the fingerprint leaves the same names out (`runtime/src/fingerprint/call_ids.rs`):
 /// two lists in two crates, which must name the same ids.
 #[test]
 fn the_attribute_and_the_fingerprint_know_the_same_call_id_names() {
@@ -740,7 +740,7 @@ fn the_attribute_and_the_fingerprint_know_the_same_call_id_names() {
             .collect()
     };
     let macros = include_str!("../macros/src/names.rs");
-    let runtime = include_str!("../runtime/src/call_id.rs");
+    let runtime = include_str!("../runtime/src/fingerprint/call_ids.rs");
     let mut refused: Vec<String> = macros
         .lines()
         .filter_map(|line| line.trim().strip_prefix("name: \""))

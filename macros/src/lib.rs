@@ -66,7 +66,7 @@ mod values;
 /// }
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), PayError> {
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let run = Run::new("run-7")?;
 /// let first = refund_order(run.clone(), "1182".into(), 42, "damaged".into()).await?;
 /// let again = refund_order(run.clone(), "1182".into(), 42, "it arrived broken".into()).await?;

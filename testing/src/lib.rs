@@ -20,13 +20,15 @@
 //! use idempotent_tools_testing::{
 //!     Provider, ProviderError, Refund, Runner, ScriptedModel, ToolCall, Tools, assert_one_action,
 //! };
-//! use idempotent_tools::{CallId, MemoryStore, Outcome, Run, call::{Call, Key}, current_key};
+//! use idempotent_tools::{CallId, MemoryStore, Outcome, Run, call::{Call, Key, KeyError}, current_key};
 //! use serde_json::json;
 //!
 //! #[derive(Debug, thiserror::Error)]
 //! enum PayError {
 //!     #[error(transparent)]
 //!     Idempotency(#[from] idempotent_tools::Error),
+//!     #[error(transparent)]
+//!     Key(#[from] KeyError),
 //!     #[error(transparent)]
 //!     Provider(#[from] ProviderError),
 //! }

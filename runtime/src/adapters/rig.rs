@@ -80,12 +80,16 @@ pub fn run_of(context: &ToolContext) -> Result<Run, Error> {
 /// parameter, and for hand-written tools.
 ///
 /// ```
-/// use idempotent_tools::{Outcome, Run, call::{Call, Key}, rig::{InRun, context}};
+/// use idempotent_tools::{Outcome, Run, call::{Call, Key, KeyError}, rig::{InRun, context}};
 /// use rig_core::tool::{Tool, ToolContext};
 ///
 /// #[derive(Debug, thiserror::Error)]
-/// #[error(transparent)]
-/// struct ShopError(#[from] idempotent_tools::Error);
+/// enum ShopError {
+///     #[error(transparent)]
+///     Idempotency(#[from] idempotent_tools::Error),
+///     #[error(transparent)]
+///     Key(#[from] KeyError),
+/// }
 ///
 /// struct Refund;
 ///
@@ -112,7 +116,7 @@ pub fn run_of(context: &ToolContext) -> Result<Run, Error> {
 /// }
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), ShopError> {
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let tool = InRun(Refund);
 /// let mut ctx = context(&Run::new("run-7")?);
 /// assert!(tool.call(&mut ctx, "1182".into()).await?.is_fresh());

@@ -26,12 +26,17 @@ use super::drive::{ErrorCodec, drive};
 ///
 /// ```
 /// use std::sync::Arc;
-/// use idempotent_tools::{MemoryStore, Outcome, Run, call::{Call, Fingerprint, Key}};
+/// use idempotent_tools::{MemoryStore, Outcome, Run};
+/// use idempotent_tools::call::{Call, Fingerprint, FingerprintError, Key, KeyError};
 ///
 /// #[derive(Debug, thiserror::Error)]
 /// enum PayError {
 ///     #[error(transparent)]
 ///     Idempotency(#[from] idempotent_tools::Error),
+///     #[error(transparent)]
+///     Key(#[from] KeyError),
+///     #[error(transparent)]
+///     Fingerprint(#[from] FingerprintError),
 /// }
 ///
 /// async fn refund(run: &Run, order_id: &str, usd: u64) -> Result<Outcome<String>, PayError> {
@@ -48,7 +53,7 @@ use super::drive::{ErrorCodec, drive};
 /// }
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), PayError> {
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let run = Run::new("run-1")?;
 /// assert!(refund(&run, "1182", 42).await?.is_fresh());
 /// assert!(refund(&run, "1182", 42).await?.is_replay());

@@ -120,7 +120,7 @@ use std::any::Any;
 /// Listing, inspecting, counting, forgetting and purging records are not
 /// part of the protocol the guard needs: a store offers them by also
 /// implementing [`Records`], which the command-line tool, the
-/// [`Purger`](crate::store::Purger) and the conformance suite's record
+/// [`Purger`](crate::records::Purger) and the conformance suite's record
 /// cases use.
 ///
 /// # Writing a store

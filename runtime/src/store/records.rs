@@ -28,7 +28,7 @@ pub const DEFAULT_PAGE: usize = 100;
 /// Not part of the claim protocol: the guard never calls them, and a store
 /// that implements only [`Store`] guards calls as well as any. A store that
 /// also implements `Records` can be read and cleaned by the command-line
-/// tool, kept by a [`Purger`](crate::store::Purger), and run through the
+/// tool, kept by a [`Purger`](crate::records::Purger), and run through the
 /// conformance suite's record cases. Every store of this crate implements
 /// it.
 ///

@@ -23,7 +23,7 @@ async fn cancel(run: Run, order_id: u64) -> ToolResult<u64> {
 }
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<()> {
+async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let run = Run::new("run-1")?;
     assert!(refund(run.clone(), 7).await?.is_fresh());
     assert!(cancel(run.clone(), 7).await?.is_fresh());

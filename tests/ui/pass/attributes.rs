@@ -43,7 +43,7 @@ async fn refund(
 }
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), PayError> {
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let run = Run::new("run-1")?;
     let mut ctx = ToolContext { user: 3 };
     let first = refund(

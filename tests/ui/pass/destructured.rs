@@ -53,7 +53,7 @@ fn args(usd: u64) -> Parameters<RefundArgs> {
 }
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), PayError> {
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let run = Run::new("run-1")?;
     assert!(refund(run.clone(), args(42)).await?.is_fresh());
     assert!(refund(run.clone(), args(42)).await?.is_replay());

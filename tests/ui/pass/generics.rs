@@ -34,7 +34,7 @@ async fn note<'a, K: KeyPart + Sync + ?Sized>(
 }
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), PayError> {
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let run = Run::new("run-1")?;
     assert!(refund(run.clone(), 7u64, vec![1, 2]).await?.is_fresh());
     assert!(refund(run.clone(), 7u64, vec![1, 2]).await?.is_replay());

@@ -61,7 +61,7 @@ async fn close_ticket(run: Run, #[identifier] ticket: Ticket) -> Result<Outcome<
 }
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), MailError> {
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let run = Run::new("run-1")?;
     let args = MailArgs {
         customer: 7,

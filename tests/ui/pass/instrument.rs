@@ -42,7 +42,7 @@ impl Shop {
 }
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), PayError> {
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let run = Run::new("run-1")?;
     assert!(above(run.clone(), 1).await?.is_fresh());
     assert!(above_with_events(run.clone(), 2).await?.is_fresh());

@@ -41,7 +41,7 @@ fn assert_send<T: Send>(value: T) -> T {
 }
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), PayError> {
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let run = Run::new("run-1")?;
     let mut payments = Payments {
         tenant: "acme".into(),

@@ -45,7 +45,7 @@ async fn charge(
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), PayError> {
-    let run = Run::new("run-1").map_err(PayError::from)?;
+    let run = Run::new("run-1").map_err(idempotent_tools::Error::from)?;
     let store = Arc::new(MemoryStore::new());
     charge(run.clone(), 1, 42, store.clone()).await?;
     let again = charge(run.clone(), 1, 42, store.clone()).await?;

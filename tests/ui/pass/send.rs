@@ -24,7 +24,7 @@ fn assert_send<T: Send>(value: T) -> T {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), PayError> {
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let run = Run::new("run-1")?;
     let task = tokio::spawn(assert_send(count(run, 7, Cell::new(1))));
     let outcome = task.await.expect("the task does not panic")?;
