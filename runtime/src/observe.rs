@@ -119,7 +119,7 @@ pub(crate) fn claimed(tool: &ToolId, fence: u64, taken_over: bool) {
 /// The action ran and its result was recorded.
 pub(crate) fn fresh(tool: &ToolId) {
     tracing::debug!(target: TARGET, "acted and recorded the result");
-    count(tool, Outcome::Fresh);
+    count(tool, CallOutcome::Fresh);
 }
 
 /// A claim found the action finished: a replay of its result or its error,
@@ -135,13 +135,13 @@ pub(crate) fn found_finished(tool: &ToolId, ending: Ending) {
 /// A repeat got the recorded result; the action did not run.
 fn replay(tool: &ToolId) {
     tracing::info!(target: TARGET, "replayed the recorded result; the action did not run again");
-    count(tool, Outcome::Replay);
+    count(tool, CallOutcome::Replay);
 }
 
 /// A repeat got the recorded error; the action did not run.
 fn replayed_error(tool: &ToolId) {
     tracing::info!(target: TARGET, "replayed the recorded error; the action did not run again");
-    count(tool, Outcome::RecordedError);
+    count(tool, CallOutcome::RecordedError);
 }
 
 /// The key was used for another request.
@@ -151,7 +151,7 @@ pub(crate) fn conflict(tool: &ToolId, reason: ConflictReason) {
         reason = reason_name(reason),
         "the key was used for another request; the action did not run"
     );
-    count(tool, Outcome::Conflict);
+    count(tool, CallOutcome::Conflict);
 }
 
 /// Another call holds the claim; this one waits for it, until `deadline`.
@@ -191,7 +191,7 @@ pub(crate) fn wait_deadline_passed(tool: &ToolId, since: Instant) {
     );
     #[cfg(feature = "metrics")]
     metrics::waited(tool, waited);
-    count(tool, Outcome::InProgress);
+    count(tool, CallOutcome::InProgress);
 }
 
 /// The outcome under the key is not on record: `recorded` if this call just
@@ -210,19 +210,19 @@ pub(crate) fn unknown_outcome(tool: &ToolId, recorded: bool) {
              provider, then forget the key"
         );
     }
-    count(tool, Outcome::Unknown);
+    count(tool, CallOutcome::Unknown);
 }
 
 /// The action failed and its claim was released, so a retry acts again.
 pub(crate) fn released(tool: &ToolId) {
     tracing::debug!(target: TARGET, "the action failed; released the claim so a retry acts again");
-    count(tool, Outcome::Error);
+    count(tool, CallOutcome::Error);
 }
 
 /// The action failed and its error was recorded as final.
 pub(crate) fn error_recorded(tool: &ToolId) {
     tracing::debug!(target: TARGET, "the action failed; recorded its error as final");
-    count(tool, Outcome::Error);
+    count(tool, CallOutcome::Error);
 }
 
 /// A store step failed before the action: nothing ran. Returns the
@@ -242,7 +242,7 @@ pub(crate) fn store_failed(
     #[cfg(feature = "metrics")]
     metrics::store_error(store.kind(), step);
     let _ = store;
-    count(tool, Outcome::StoreError);
+    count(tool, CallOutcome::StoreError);
     Error::from(err)
 }
 
@@ -254,7 +254,7 @@ pub(crate) fn not_recorded(tool: &ToolId, store: &dyn Store, err: &StoreError) {
             "the action ran, but its claim was taken over after its lease ran out; \
              its result was not recorded"
         );
-        count(tool, Outcome::LeaseLost);
+        count(tool, CallOutcome::LeaseLost);
         return;
     }
     tracing::error!(
@@ -265,7 +265,7 @@ pub(crate) fn not_recorded(tool: &ToolId, store: &dyn Store, err: &StoreError) {
     #[cfg(feature = "metrics")]
     metrics::store_error(store.kind(), "complete");
     let _ = store;
-    count(tool, Outcome::NotRecorded);
+    count(tool, CallOutcome::NotRecorded);
 }
 
 /// A held claim's lease was renewed.
@@ -296,7 +296,7 @@ pub(crate) fn renewal_failed(store: &dyn Store, err: &StoreError) {
 /// How a guarded call ended, as the `outcome` label of
 /// `idempotent_tools_calls_total` names it.
 #[derive(Clone, Copy)]
-pub(crate) enum Outcome {
+pub(crate) enum CallOutcome {
     Fresh,
     Replay,
     RecordedError,
@@ -309,40 +309,40 @@ pub(crate) enum Outcome {
     LeaseLost,
 }
 
-impl Outcome {
+impl CallOutcome {
     #[cfg(feature = "metrics")]
-    const ALL: [Outcome; 10] = [
-        Outcome::Fresh,
-        Outcome::Replay,
-        Outcome::RecordedError,
-        Outcome::Conflict,
-        Outcome::InProgress,
-        Outcome::Unknown,
-        Outcome::Error,
-        Outcome::StoreError,
-        Outcome::NotRecorded,
-        Outcome::LeaseLost,
+    const ALL: [CallOutcome; 10] = [
+        CallOutcome::Fresh,
+        CallOutcome::Replay,
+        CallOutcome::RecordedError,
+        CallOutcome::Conflict,
+        CallOutcome::InProgress,
+        CallOutcome::Unknown,
+        CallOutcome::Error,
+        CallOutcome::StoreError,
+        CallOutcome::NotRecorded,
+        CallOutcome::LeaseLost,
     ];
 
     #[cfg(feature = "metrics")]
     fn as_str(self) -> &'static str {
         match self {
-            Outcome::Fresh => "fresh",
-            Outcome::Replay => "replay",
-            Outcome::RecordedError => "recorded_error",
-            Outcome::Conflict => "conflict",
-            Outcome::InProgress => "in_progress",
-            Outcome::Unknown => "unknown",
-            Outcome::Error => "error",
-            Outcome::StoreError => "store_error",
-            Outcome::NotRecorded => "not_recorded",
-            Outcome::LeaseLost => "lease_lost",
+            CallOutcome::Fresh => "fresh",
+            CallOutcome::Replay => "replay",
+            CallOutcome::RecordedError => "recorded_error",
+            CallOutcome::Conflict => "conflict",
+            CallOutcome::InProgress => "in_progress",
+            CallOutcome::Unknown => "unknown",
+            CallOutcome::Error => "error",
+            CallOutcome::StoreError => "store_error",
+            CallOutcome::NotRecorded => "not_recorded",
+            CallOutcome::LeaseLost => "lease_lost",
         }
     }
 }
 
 #[inline]
-fn count(tool: &ToolId, outcome: Outcome) {
+fn count(tool: &ToolId, outcome: CallOutcome) {
     #[cfg(feature = "metrics")]
     metrics::call(tool, outcome);
     let _ = (tool, outcome);

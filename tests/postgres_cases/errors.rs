@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use idempotent_tools::PostgresStore;
+use idempotent_tools::store::postgres::PostgresStoreBuilder;
 use idempotent_tools::store::{Store, StoreError};
 use idempotent_tools_testing::conformance::kit::{
     self, CountingProvider as Provider, assert_each_cause_once, error_chain, fresh_run,
@@ -79,4 +80,69 @@ pub(super) async fn an_unreachable_server_prints_each_cause_once() {
     let messages = error_chain(err.guard().expect("a guard error"));
     assert!(messages.len() >= 3, "{messages:?}");
     assert_each_cause_once(&messages);
+}
+
+/// A claim that waits on a lock past the session's `lock_timeout`
+/// (SQLSTATE 55P03): the statement changed nothing, so the store is
+/// unavailable for this call and the action does not run; once the lock is
+/// gone the call acts, once.
+pub(super) async fn a_lock_timeout_is_unavailable_and_the_call_acts_once_the_lock_is_gone() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let store = schema
+        .store_with(|_| {
+            let mut config = schema.config();
+            config.options(format!(
+                "-c search_path={} -c lock_timeout=50ms",
+                schema.name
+            ));
+            PostgresStoreBuilder::from_config(config)
+        })
+        .await;
+    let store: Arc<dyn Store> = Arc::new(store);
+    let (provider, run) = (Provider::default(), fresh_run());
+    let first = refund_call(&store, &run, "1182", 42)
+        .run(refunds(&provider, 42))
+        .await
+        .expect("the first refund");
+    assert!(first.is_fresh());
+
+    // Another session locks the table against writes (an operator's
+    // migration, say), and keeps its transaction open.
+    let url = url().expect("url");
+    let mut locker = admin(&url).await;
+    let locking = locker.transaction().await.expect("a transaction");
+    locking
+        .batch_execute(&format!(
+            "LOCK TABLE {}.idempotent_claims IN EXCLUSIVE MODE",
+            schema.name
+        ))
+        .await
+        .expect("lock the table");
+
+    let err = refund_call(&store, &run, "1183", 42)
+        .run(refunds(&provider, 42))
+        .await
+        .expect_err("the table is locked");
+    let err = err.guard().expect("a guard error");
+    assert!(
+        matches!(
+            err,
+            idempotent_tools::Error::Store(StoreError::Unavailable(_))
+        ),
+        "{err:?}"
+    );
+    assert_eq!(err.action_ran(), Some(false));
+    let all = error_chain(err).join(": ");
+    assert!(all.contains("SQLSTATE 55P03"), "{all}");
+    assert_eq!(provider.refunds(), 1, "nothing ran without its claim");
+
+    locking.commit().await.expect("release the lock");
+    let later = refund_call(&store, &run, "1183", 42)
+        .run(refunds(&provider, 42))
+        .await
+        .expect("the call, once the lock is gone");
+    assert!(later.is_fresh());
+    assert_eq!(provider.refunds(), 2, "one refund per order");
 }

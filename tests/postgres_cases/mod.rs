@@ -37,6 +37,7 @@ pub fn trials() -> Vec<Trial> {
         schema::a_schema_newer_than_the_code_is_refused_and_left_unchanged,
         schema::a_schema_missing_is_not_created_by_check_schema,
         errors::a_server_error_names_the_statement_its_sqlstate_and_the_servers_message,
+        errors::a_lock_timeout_is_unavailable_and_the_call_acts_once_the_lock_is_gone,
     ));
     trials.extend(crate::trials!(always;
         errors::a_server_that_is_down_is_unavailable_and_nothing_runs,

@@ -20,6 +20,7 @@ use idempotent_tools_testing::conformance::kit::{
     refund_key, refunds, request,
 };
 
+mod restart;
 mod wire;
 
 use self::wire::*;
@@ -37,6 +38,7 @@ pub fn trials() -> Vec<Trial> {
         a_claim_short_of_its_replicas_is_released_and_reported_unavailable,
         racing_claims_from_many_connections_take_one_round_trip_each,
         measured_latency_of_a_guarded_call_on_the_local_server,
+        restart::calls_made_while_the_server_restarts_go_through_once_it_is_back,
     );
     trials.extend(crate::trials!(always;
         an_unreachable_server_is_unavailable_and_prints_each_cause_once,

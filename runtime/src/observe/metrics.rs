@@ -22,7 +22,7 @@ use std::time::Duration;
 use dashmap::DashMap;
 use metrics::{Key, Label, Level, Metadata};
 
-use super::Outcome;
+use super::CallOutcome;
 use crate::tool::ToolId;
 
 static METADATA: Metadata<'static> =
@@ -30,7 +30,7 @@ static METADATA: Metadata<'static> =
 
 /// The keys of one tool's metrics.
 struct ToolKeys {
-    calls: [Key; Outcome::ALL.len()],
+    calls: [Key; CallOutcome::ALL.len()],
     waits: Key,
     wait_seconds: Key,
     takeovers: Key,
@@ -40,7 +40,7 @@ impl ToolKeys {
     fn new(tool: &ToolId) -> ToolKeys {
         let tool = || vec![Label::new("tool", tool.as_str().to_owned())];
         ToolKeys {
-            calls: Outcome::ALL.map(|outcome| {
+            calls: CallOutcome::ALL.map(|outcome| {
                 let mut labels = tool();
                 labels.push(Label::from_static_parts("outcome", outcome.as_str()));
                 Key::from_parts("idempotent_tools_calls_total", labels)
@@ -92,7 +92,7 @@ fn with_store(store: &'static str, step: &'static str, f: impl FnOnce(&StoreKeys
     f(&keys.downgrade());
 }
 
-pub(super) fn call(tool: &ToolId, outcome: Outcome) {
+pub(super) fn call(tool: &ToolId, outcome: CallOutcome) {
     with_tool(tool, |keys| {
         let key = &keys.calls[outcome as usize];
         metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));

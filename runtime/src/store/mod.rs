@@ -80,7 +80,9 @@ pub mod postgres {
 /// [`RedisStore`](crate::RedisStore).
 #[cfg(feature = "redis")]
 pub mod redis {
-    pub use super::redis_store::{DEFAULT_PREFIX, RECHECK_EVERY, RedisStoreBuilder, redis};
+    pub use super::redis_store::{
+        DEFAULT_PREFIX, DEFAULT_RECONNECT_WITHIN, RECHECK_EVERY, RedisStoreBuilder, redis,
+    };
 }
 
 use std::any::Any;

@@ -58,9 +58,16 @@ pub(super) fn pg_error(
             sqlstate: Some(code.code().to_owned()),
             source: err,
         });
-        if matches!(class.as_str(), "08" | "53" | "57") {
+        if matches!(class.as_str(), "08" | "53" | "57")
+            || code == SqlState::LOCK_NOT_AVAILABLE
+            || code == SqlState::T_R_SERIALIZATION_FAILURE
+            || code == SqlState::T_R_DEADLOCK_DETECTED
+        {
             // Connection exceptions, insufficient resources, operator
-            // intervention (a shutdown, a cancelled statement).
+            // intervention (a shutdown, a cancelled statement), and a
+            // statement that gave way to another: a lock timeout, a
+            // serialization failure, a deadlock. Each statement is its own
+            // transaction, so it changed nothing, and a retry may work.
             StoreError::Unavailable(failed)
         } else {
             StoreError::Backend(failed)

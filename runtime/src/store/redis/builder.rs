@@ -9,7 +9,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use super::error::redis_error;
 use super::listener::Listener;
 use super::scripts::{SCRIPTS, Script};
-use super::{DEFAULT_PREFIX, Inner, RedisStore};
+use super::{DEFAULT_PREFIX, DEFAULT_RECONNECT_WITHIN, Inner, RedisStore};
 use crate::store::{StoreError, StoreResult};
 
 /// How long connecting, and any one reply, may take.
@@ -24,6 +24,7 @@ pub struct RedisStoreBuilder {
     prefix: String,
     replicas: Option<(u32, Duration)>,
     connections: usize,
+    reconnect_within: Duration,
 }
 
 impl RedisStoreBuilder {
@@ -33,6 +34,7 @@ impl RedisStoreBuilder {
             prefix: DEFAULT_PREFIX.to_owned(),
             replicas: None,
             connections: 1,
+            reconnect_within: DEFAULT_RECONNECT_WITHIN,
         }
     }
 
@@ -68,6 +70,17 @@ impl RedisStoreBuilder {
     /// [`wait_for_replicas`](Self::wait_for_replicas).
     pub fn connections(mut self, connections: usize) -> RedisStoreBuilder {
         self.connections = connections.max(1);
+        self
+    }
+
+    /// How long a step keeps trying when the connection breaks (a restart,
+    /// a failover, a network blip) before it reports the store
+    /// [unavailable](StoreError::Unavailable); default
+    /// [`DEFAULT_RECONNECT_WITHIN`]. Every step is safe to repeat: a claim
+    /// whose reply was lost finds the claim its own by its holder token,
+    /// and a completion, release or renewal is fenced.
+    pub fn reconnect_within(mut self, budget: Duration) -> RedisStoreBuilder {
+        self.reconnect_within = budget;
         self
     }
 
@@ -107,6 +120,7 @@ impl RedisStoreBuilder {
                 prefix: self.prefix,
                 channel,
                 replicas: self.replicas,
+                reconnect_within: self.reconnect_within,
                 listener,
                 eviction_policy,
                 round_trips: AtomicU64::new(0),

@@ -10,7 +10,7 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local r = redis.call('HMGET', KEYS[1], 'key', 'tool', 'fingerprint', 'state', 'fence',
-    'lease_until', 'ending', 'result', 'finished_at')
+    'lease_until', 'ending', 'result', 'finished_at', 'owner', 'taken_over')
 
 local function hold(fence, taken_over)
     local lease_until = now + tonumber(ARGV[5])
@@ -33,6 +33,11 @@ if r[2] ~= ARGV[2] then
 end
 local same = r[3] == ARGV[3]
 if r[4] == 'held' then
+    -- This caller's own claim, whose reply was lost: a retry of the same
+    -- claim (same owner token) holds it, rather than waiting on itself.
+    if r[10] == ARGV[4] then
+        return {'claimed', r[5], r[11]}
+    end
     if not same then
         return {'conflict_args', false}
     end

@@ -72,6 +72,11 @@ pub const DEFAULT_PREFIX: &str = "idempotent:";
 /// no wake-up came: a bound on how long a lost message can delay it.
 pub const RECHECK_EVERY: Duration = Duration::from_secs(2);
 
+/// How long a step keeps trying over a broken connection unless
+/// [`RedisStoreBuilder::reconnect_within`] says otherwise: long enough for a
+/// restart or a managed failover's switch, short of a waiting call's patience.
+pub const DEFAULT_RECONNECT_WITHIN: Duration = Duration::from_secs(10);
+
 /// Claims and records in Redis, for processes on several hosts.
 ///
 /// - **Set-up.** [`RedisStore::connect`] with a URL, or
@@ -89,6 +94,14 @@ pub const RECHECK_EVERY: Duration = Duration::from_secs(2);
 ///   claim in flight, and only a marked record's completion or release
 ///   publishes. A waiter also looks again when the lease would run out and
 ///   at least every [`RECHECK_EVERY`].
+/// - **Restarts and failovers.** A step whose connection breaks tries
+///   again, pacing itself, for up to
+///   [`reconnect_within`](RedisStoreBuilder::reconnect_within): a claim whose
+///   reply was lost finds the claim its own by its holder token, and the
+///   other steps are fenced, so trying again never acts twice. What the
+///   server keeps across a restart is its own configuration's matter: an
+///   append-only file with `appendfsync always` keeps every acknowledged
+///   record.
 /// - **Retention** by key expiry. A `maxmemory-policy` other than
 ///   `noeviction` may evict a record before its time, and a retry would then
 ///   act again: the store warns on connect (through `tracing`) when the
@@ -117,6 +130,7 @@ struct Inner {
     prefix: String,
     channel: String,
     replicas: Option<(u32, Duration)>,
+    reconnect_within: Duration,
     listener: Arc<Listener>,
     eviction_policy: Option<String>,
     round_trips: AtomicU64,

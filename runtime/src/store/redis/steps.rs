@@ -27,6 +27,48 @@ use crate::{
 /// (the pub/sub connection was down): its claim could not mark the record.
 const DEAF_RECHECK: Duration = Duration::from_millis(100);
 
+/// Whether an error says the connection broke rather than the command
+/// failed: the server restarted, failed over or dropped the connection, or
+/// is still loading its data after a restart.
+fn is_broken_connection(err: &redis::RedisError) -> bool {
+    err.is_io_error()
+        || err.is_connection_dropped()
+        || err.is_connection_refusal()
+        || matches!(
+            err.kind(),
+            ErrorKind::Server(ServerErrorKind::BusyLoading | ServerErrorKind::TryAgain)
+        )
+}
+
+/// Paces a step's tries over a broken connection, until its budget runs out.
+struct Reconnecting {
+    until: tokio::time::Instant,
+    nap: Duration,
+}
+
+impl Reconnecting {
+    const FIRST_NAP: Duration = Duration::from_millis(10);
+    const LONGEST_NAP: Duration = Duration::from_millis(500);
+
+    fn new(budget: Duration) -> Reconnecting {
+        Reconnecting {
+            until: tokio::time::Instant::now() + budget,
+            nap: Self::FIRST_NAP,
+        }
+    }
+
+    /// Naps before the next try; `false` once the budget is spent.
+    async fn again(&mut self) -> bool {
+        let now = tokio::time::Instant::now();
+        if now >= self.until {
+            return false;
+        }
+        tokio::time::sleep(self.nap.min(self.until - now)).await;
+        self.nap = (self.nap * 2).min(Self::LONGEST_NAP);
+        true
+    }
+}
+
 /// A script's reply, and whether its `WAIT` fell short.
 struct Reply {
     value: Value,
@@ -56,6 +98,7 @@ impl Inner {
             pipe.cmd("WAIT").arg(replicas).arg(millis(timeout));
         }
         let mut reloads = 0;
+        let mut reconnecting = Reconnecting::new(self.reconnect_within);
         let mut values: Vec<Value> = loop {
             self.round_trips.fetch_add(1, Ordering::Relaxed);
             match pipe.query_async(&mut connection).await {
@@ -67,6 +110,9 @@ impl Inner {
                     self.reload(&mut connection, script).await?;
                     reloads += 1;
                 }
+                // The connection broke (a restart, a failover): the manager
+                // reconnects, and the step, safe to repeat, goes again.
+                Err(err) if is_broken_connection(&err) && reconnecting.again().await => {}
                 Err(err) => return Err(redis_error(script.name)(err)),
             }
         };
