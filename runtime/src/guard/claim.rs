@@ -20,9 +20,7 @@ use crate::outcome::{
 };
 use crate::policy::Takeover;
 use crate::store::record::{Ending, Finished, Recorded};
-use crate::store::{
-    ClaimAnswer, ClaimRequest, Store, StoreFuture, StoreResult, Wait, default_store,
-};
+use crate::store::{ClaimAnswer, ClaimRequest, Store, StoreFuture, StoreResult, default_store};
 use crate::tool::ToolId;
 
 use super::acting::Acting;
@@ -115,17 +113,17 @@ impl Call {
             return Begin::Later(Box::pin(self.take().claiming(store, None)));
         };
         match answer {
-            Ok(Answer::Claimed(held)) if !self.reports_takeover(&held) => {
+            Ok(ClaimAnswer::Claimed(held)) if !self.reports_takeover(&held) => {
                 observe::claimed(&self.tool, held.fence(), held.taken_over());
                 let tool = mem::replace(&mut self.tool, ToolId::new(""));
                 Begin::Now(Begun::Act(Acting::new(key, tool, held)))
             }
-            Ok(answer @ (Answer::Claimed(_) | Answer::InFlight(_))) => {
+            Ok(answer @ (ClaimAnswer::Claimed(_) | ClaimAnswer::InFlight(_))) => {
                 let store = Arc::clone(store);
                 Begin::Later(Box::pin(self.take().claiming(store, Some(answer))))
             }
-            Ok(Answer::Completed(finished)) => Begin::Now(self.replay(finished)),
-            Ok(Answer::Conflict { reason, first }) => Begin::Now(self.conflict(reason, first)),
+            Ok(ClaimAnswer::Completed(finished)) => Begin::Now(self.replay(finished)),
+            Ok(ClaimAnswer::Conflict { reason, first }) => Begin::Now(self.conflict(reason, first)),
             Err(cause) => {
                 let cause = observe::store_failed(&self.tool, &**store, "claim", cause);
                 Begin::Now(Begun::Ended(Ended::Failed(cause)))
@@ -167,7 +165,7 @@ impl Call {
                 }
             };
             match answer {
-                Answer::Claimed(held) if self.reports_takeover(&held) => {
+                ClaimAnswer::Claimed(held) if self.reports_takeover(&held) => {
                     let unknown = Finished {
                         ending: Ending::Unknown,
                         value: Recorded::from_json("null"),
@@ -185,11 +183,11 @@ impl Call {
                     observe::unknown_outcome(&self.tool, true);
                     return Begun::Ended(Ended::Failed(Error::UnknownOutcome { key }));
                 }
-                Answer::Claimed(held) => {
+                ClaimAnswer::Claimed(held) => {
                     observe::claimed(&self.tool, held.fence(), held.taken_over());
                     return Begun::Act(Acting::new(key, self.tool, held));
                 }
-                Answer::InFlight(woken) => {
+                ClaimAnswer::InFlight(woken) => {
                     let deadline =
                         *deadline.get_or_insert_with(|| Instant::now() + self.policy.get().wait);
                     let since = observe::waiting(&self.tool, deadline, self.policy.get().wait);
@@ -199,8 +197,8 @@ impl Call {
                     }
                     observe::woken(&self.tool, since);
                 }
-                Answer::Completed(finished) => return self.replay(finished),
-                Answer::Conflict { reason, first } => return self.conflict(reason, first),
+                ClaimAnswer::Completed(finished) => return self.replay(finished),
+                ClaimAnswer::Conflict { reason, first } => return self.conflict(reason, first),
             }
         }
     }
@@ -374,19 +372,7 @@ impl Ended {
 }
 
 /// What a claim found, with a held claim already in the guard's hands.
-enum Answer {
-    /// This call holds the claim and must act.
-    Claimed(Held),
-    /// The action finished earlier.
-    Completed(Finished),
-    /// Another call holds the claim for the same request.
-    InFlight(Wait),
-    /// The key was used for a different request.
-    Conflict {
-        reason: ConflictReason,
-        first: Option<Recorded>,
-    },
-}
+type Answer = ClaimAnswer<Held>;
 
 /// Claims a key. For stores that do I/O the claim runs on a task of its own:
 /// if this future is dropped while the claim is on the wire, the task still
@@ -401,9 +387,9 @@ fn claim<'a>(
     let lease = request.lease;
     if answers_at_once(store) {
         return match store.claim(request).into_ready() {
-            Ok(state) => StoreFuture::ready(state.map(|state| Answer::new(state, store, lease))),
+            Ok(state) => StoreFuture::ready(state.map(|state| held(state, store, lease))),
             Err(pending) => {
-                StoreFuture::boxed(async move { Ok(Answer::new(pending.await?, store, lease)) })
+                StoreFuture::boxed(async move { Ok(held(pending.await?, store, lease)) })
             }
         };
     }
@@ -416,17 +402,11 @@ fn claim<'a>(
             ..request
         };
         let state = store.claim(request).await?;
-        Ok(Answer::new(state, &store, lease))
+        Ok(held(state, &store, lease))
     }))
 }
 
-impl Answer {
-    fn new(state: ClaimAnswer, store: &Arc<dyn Store>, lease: Duration) -> Answer {
-        match state {
-            ClaimAnswer::Claimed(claim) => Answer::Claimed(Held::new(store, claim, lease)),
-            ClaimAnswer::Completed(finished) => Answer::Completed(finished),
-            ClaimAnswer::InFlight(wait) => Answer::InFlight(wait),
-            ClaimAnswer::Conflict { reason, first } => Answer::Conflict { reason, first },
-        }
-    }
+/// The store's answer, its claim held by the guard.
+fn held(answer: ClaimAnswer, store: &Arc<dyn Store>, lease: Duration) -> Answer {
+    answer.map_claim(|claim| Held::new(store, claim, lease))
 }

@@ -46,10 +46,14 @@ pub struct Claim {
 }
 
 /// The answer to a claim.
+///
+/// A store answers with the [`Claim`] itself; the guard keeps the same
+/// answer with the claim in a holder of its own (`C`), which renews its
+/// lease and releases it if the call is dropped.
 #[derive(Debug)]
-pub enum ClaimAnswer {
+pub enum ClaimAnswer<C = Claim> {
     /// The caller holds the claim and must act, then complete or release.
-    Claimed(Claim),
+    Claimed(C),
     /// Another caller holds the claim with the same tool and arguments.
     /// Await the [`Wait`], then claim again.
     InFlight(Wait),
@@ -63,6 +67,18 @@ pub enum ClaimAnswer {
         /// from the same tool.
         first: Option<Recorded>,
     },
+}
+
+impl<C> ClaimAnswer<C> {
+    /// The same answer, with a claim held as `hold` turns it.
+    pub fn map_claim<D>(self, hold: impl FnOnce(C) -> D) -> ClaimAnswer<D> {
+        match self {
+            ClaimAnswer::Claimed(claim) => ClaimAnswer::Claimed(hold(claim)),
+            ClaimAnswer::InFlight(wait) => ClaimAnswer::InFlight(wait),
+            ClaimAnswer::Completed(finished) => ClaimAnswer::Completed(finished),
+            ClaimAnswer::Conflict { reason, first } => ClaimAnswer::Conflict { reason, first },
+        }
+    }
 }
 
 /// Resolves when an in-flight claim may have changed: completed, released or
