@@ -14,7 +14,7 @@ use idempotent_tools::{
     MemoryStore,
     call::Key,
     records::{Forget, Record, RecordCount, RecordPage, RecordQuery, Records},
-    store::{Claim, ClaimAnswer, ClaimRequest, Finished, Store, StoreFuture, StoreResult},
+    store::{Claim, ClaimAnswer, ClaimRequest, Completion, Store, StoreFuture, StoreResult},
 };
 use idempotent_tools_testing::conformance::libtest_mimic::{self, Arguments, Conclusion};
 use idempotent_tools_testing::conformance::{Scope, Suite};
@@ -64,7 +64,7 @@ impl Store for ProtocolOnly {
     fn complete<'a>(
         &'a self,
         claim: &'a Claim,
-        done: Finished,
+        done: Completion,
     ) -> StoreFuture<'a, StoreResult<()>> {
         self.0.complete(claim, done)
     }
@@ -93,7 +93,7 @@ impl Store for Flawed {
     fn complete<'a>(
         &'a self,
         claim: &'a Claim,
-        done: Finished,
+        done: Completion,
     ) -> StoreFuture<'a, StoreResult<()>> {
         match self.flaw {
             Flaw::ForgetsCompletions => self.inner.release(claim),

@@ -12,7 +12,7 @@ use idempotent_tools::{
     call::Key,
     records::{Forget, Record, RecordCount, RecordPage, RecordQuery, Records},
     store::{
-        Claim, ClaimAnswer, ClaimRequest, Finished, Store, StoreError, StoreFuture, StoreResult,
+        Claim, ClaimAnswer, ClaimRequest, Completion, Store, StoreError, StoreFuture, StoreResult,
     },
 };
 use tokio::sync::watch;
@@ -55,7 +55,7 @@ impl Store for Counting {
     fn complete<'a>(
         &'a self,
         claim: &'a Claim,
-        finished: Finished,
+        finished: Completion,
     ) -> StoreFuture<'a, StoreResult<()>> {
         self.inner.complete(claim, finished)
     }
@@ -256,7 +256,7 @@ async fn on_a_sqlite_file_expired_records_go_and_a_held_claim_stays() {
         SqliteStore,
         call::{Fingerprint, ToolId},
         records::RecordState,
-        store::{Ending, Recorded},
+        store::RecordValue,
     };
     use std::time::SystemTime;
 
@@ -283,10 +283,10 @@ async fn on_a_sqlite_file_expired_records_go_and_a_held_claim_stays() {
         else {
             panic!("a fresh claim");
         };
-        let finished = Finished {
-            ending: Ending::Ok,
-            value: Recorded::from_json("{}"),
-            finished_at: SystemTime::now(),
+        let finished = Completion {
+            state: RecordState::Done,
+            value: RecordValue::from_json("{}"),
+            completed_at: SystemTime::now(),
         };
         store.complete(&claim, finished).await.expect("complete");
     }

@@ -100,12 +100,32 @@ fn six_processes_opening_a_new_file_and_refunding_the_same_order_at_once_refund_
     processes::six_processes_refunding_the_same_order_at_once_refund_it_once(&Scene::new());
 }
 
-/// A file at schema version 1: the claims table alone, as stores before
-/// schema versions left it.
+/// A file at schema version 1, as stores before schema versions left it:
+/// the claims table alone, its state `held` or `done` with the end in
+/// `ending`, and `finished_at`. Its rows are this file's, written back in
+/// that shape.
 fn downgrade_to_version_1(path: &std::path::Path) {
     let conn = rusqlite::Connection::open(path).expect("open by hand");
-    conn.execute_batch("DROP TABLE idempotent_schema; DROP INDEX idempotent_claims_tool_state;")
-        .expect("back to version 1");
+    conn.execute_batch(&format!(
+        "ALTER TABLE idempotent_claims RENAME TO claims_now;
+         DROP INDEX idempotent_claims_expires_at;
+         DROP INDEX idempotent_claims_tool_state;
+         {v1}
+         INSERT INTO idempotent_claims
+             (key_digest, key_text, tool, fingerprint, state, owner, fence, taken_over,
+              lease_until, ending, result, finished_at, expires_at)
+         SELECT key_digest, key_text, tool, fingerprint,
+                CASE state WHEN 'held' THEN 'held' ELSE 'done' END,
+                owner, fence, taken_over, lease_until,
+                CASE state WHEN 'done' THEN 'ok' WHEN 'failed' THEN 'err'
+                           WHEN 'unknown' THEN 'unknown' END,
+                result, completed_at, expires_at
+         FROM claims_now;
+         DROP TABLE claims_now;
+         DROP TABLE idempotent_schema;",
+        v1 = include_str!("../runtime/src/store/sqlite/v1.sql"),
+    ))
+    .expect("back to version 1");
 }
 
 async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_records() {
@@ -154,7 +174,7 @@ fn a_schema_newer_than_the_code_is_refused_with_both_versions() {
             err,
             StoreError::SchemaTooNew {
                 found: 99,
-                supported: 2
+                supported: idempotent_tools::store::SCHEMA_VERSION
             }
         ),
         "{err:?}"

@@ -46,7 +46,7 @@ const PLAIN_TABLE: &str = "
         lease_until timestamptz,
         ending      text,
         result      text,
-        finished_at timestamptz,
+        completed_at timestamptz,
         expires_at  timestamptz NOT NULL
     );
     CREATE INDEX plain_inserts_expires_at ON plain_inserts (expires_at);";
@@ -175,7 +175,7 @@ enum Work {
 const SILENT_COMPLETE: &str = "
     UPDATE idempotent_claims
     SET state = 'done', ending = 'ok', result = '{\"id\":1,\"order_id\":1,\"usd\":42}',
-        finished_at = now(), lease_until = NULL, expires_at = now() + interval '7 days'
+        completed_at = now(), lease_until = NULL, expires_at = now() + interval '7 days'
     WHERE key_digest = $1 AND state = 'held'";
 
 async fn silent_complete(store: &PostgresStore, key: &Key) {

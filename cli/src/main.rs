@@ -30,7 +30,7 @@ and every retry now answers UnknownOutcome.
   $ export IDEMPOTENT_STORE=postgres://ops@db.internal/shop
   $ idempotent-tools list --state unknown --older-than 10m
   STATE    TOOL                FENCE  WHEN              KEY
-  unknown  shop::refund_order  2      finished 14m ago  run-7f3a:refund:1182
+  unknown  shop::refund_order  2      completed 14m ago  run-7f3a:refund:1182
   $ idempotent-tools show run-7f3a:refund:1182
   (check with the payment provider whether refund 1182 went out)
   $ idempotent-tools forget run-7f3a:refund:1182
@@ -76,7 +76,7 @@ enum Command {
     Show(ShowArgs),
     /// Remove a key's record, so the next call under it runs the action.
     Forget(ForgetArgs),
-    /// Remove finished records whose retention has passed.
+    /// Remove completed records whose retention has passed.
     Purge(JsonArg),
     /// Count records by tool and state.
     Stats(JsonArg),
@@ -147,12 +147,12 @@ struct JsonArg {
 enum StateArg {
     /// A claim is held: its action runs, or its holder stopped.
     Held,
-    /// Finished with a result.
+    /// The action returned its result, which repeats replay.
     Done,
+    /// The action's error was recorded as final.
+    Failed,
     /// The outcome is unknown: an operator must check and forget or leave it.
     Unknown,
-    /// Finished with a recorded error.
-    Error,
 }
 
 impl From<StateArg> for RecordState {
@@ -160,8 +160,8 @@ impl From<StateArg> for RecordState {
         match state {
             StateArg::Held => RecordState::Held,
             StateArg::Done => RecordState::Done,
+            StateArg::Failed => RecordState::Failed,
             StateArg::Unknown => RecordState::Unknown,
-            StateArg::Error => RecordState::RecordedError,
         }
     }
 }

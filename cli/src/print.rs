@@ -52,8 +52,8 @@ pub fn relative(at: SystemTime, now: SystemTime) -> String {
 
 /// What a record's last change was, for the table.
 fn when(record: &Record, now: SystemTime) -> String {
-    if let Some(at) = record.finished_at {
-        return format!("finished {}", relative(at, now));
+    if let Some(at) = record.completed_at {
+        return format!("completed {}", relative(at, now));
     }
     match record.lease_until {
         Some(until) if until > now => format!("lease ends {}", relative(until, now)),
@@ -169,9 +169,9 @@ pub fn fields(record: &Record, now: SystemTime) -> String {
             format!("{} ({})", rfc3339(until), relative(until, now)),
         );
     }
-    if let Some(at) = record.finished_at {
+    if let Some(at) = record.completed_at {
         field(
-            "finished at",
+            "completed at",
             format!("{} ({})", rfc3339(at), relative(at, now)),
         );
     }
@@ -207,7 +207,7 @@ pub fn record_json(record: &Record) -> Value {
         "owner": record.owner.map(|o| format!("{o:032x}")),
         "lease_until": time(record.lease_until),
         "lease_live": record.lease_is_live(SystemTime::now()),
-        "finished_at": time(record.finished_at),
+        "completed_at": time(record.completed_at),
         "expires_at": time(record.expires_at),
         "result": result,
     })

@@ -27,7 +27,7 @@ use tracing::{Level, Span};
 use crate::error::Error;
 use crate::outcome::ConflictReason;
 use crate::run::Run;
-use crate::store::record::Ending;
+use crate::store::records::RecordState;
 use crate::store::{Store, StoreError, default_store};
 use crate::tool::ToolId;
 
@@ -122,13 +122,13 @@ pub(crate) fn fresh(tool: &ToolId) {
     count(tool, CallOutcome::Fresh);
 }
 
-/// A claim found the action finished: a replay of its result or its error,
+/// A claim found the claim completed: a replay of its result or its error,
 /// or an unknown outcome.
-pub(crate) fn found_finished(tool: &ToolId, ending: Ending) {
-    match ending {
-        Ending::Ok => replay(tool),
-        Ending::Err => replayed_error(tool),
-        Ending::Unknown => unknown_outcome(tool, false),
+pub(crate) fn found_completed(tool: &ToolId, state: RecordState) {
+    match state {
+        RecordState::Done => replay(tool),
+        RecordState::Failed => replayed_error(tool),
+        RecordState::Unknown | RecordState::Held => unknown_outcome(tool, false),
     }
 }
 
@@ -141,7 +141,7 @@ fn replay(tool: &ToolId) {
 /// A repeat got the recorded error; the action did not run.
 fn replayed_error(tool: &ToolId) {
     tracing::info!(target: TARGET, "replayed the recorded error; the action did not run again");
-    count(tool, CallOutcome::RecordedError);
+    count(tool, CallOutcome::Failed);
 }
 
 /// The key was used for another request.
@@ -299,7 +299,7 @@ pub(crate) fn renewal_failed(store: &dyn Store, err: &StoreError) {
 pub(crate) enum CallOutcome {
     Fresh,
     Replay,
-    RecordedError,
+    Failed,
     Conflict,
     InProgress,
     Unknown,
@@ -314,7 +314,7 @@ impl CallOutcome {
     const ALL: [CallOutcome; 10] = [
         CallOutcome::Fresh,
         CallOutcome::Replay,
-        CallOutcome::RecordedError,
+        CallOutcome::Failed,
         CallOutcome::Conflict,
         CallOutcome::InProgress,
         CallOutcome::Unknown,
@@ -329,7 +329,7 @@ impl CallOutcome {
         match self {
             CallOutcome::Fresh => "fresh",
             CallOutcome::Replay => "replay",
-            CallOutcome::RecordedError => "recorded_error",
+            CallOutcome::Failed => "failed",
             CallOutcome::Conflict => "conflict",
             CallOutcome::InProgress => "in_progress",
             CallOutcome::Unknown => "unknown",

@@ -57,7 +57,7 @@ pub enum Outcome<T> {
     /// The key was used before for a different request: other arguments, or
     /// another tool. Nothing ran now.
     Conflict {
-        /// The first request's result, when it finished and came from this
+        /// The first request's result, when it was completed and came from this
         /// tool. Never another tool's result.
         first: Option<T>,
         /// What differed.

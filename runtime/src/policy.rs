@@ -39,7 +39,7 @@ pub enum Takeover {
 /// A call site's settings. Every field has a default.
 #[derive(Debug, Clone)]
 pub struct Policy {
-    /// How long a finished record is kept.
+    /// How long a completed record is kept.
     pub retention: Duration,
     /// How long a duplicate waits for an in-flight call before it gets
     /// [`Error::InProgress`](crate::Error::InProgress).

@@ -1,5 +1,5 @@
 //! Repeats of one ask: however many calls arrive, together, while the first
-//! runs or after it finished, the provider refunds once.
+//! runs or after it was completed, the provider refunds once.
 
 use std::sync::Arc;
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use idempotent_tools::store::{ClaimAnswer, Store};
 use idempotent_tools_testing::conformance::kit::{
-    self, claimed, finished, fresh_run, refund_key, request,
+    self, claimed, done, fresh_run, refund_key, request,
 };
 
 use crate::harness::Trial;
@@ -62,10 +62,7 @@ async fn asynchronous_completions_record_and_replay_like_synchronous_ones() {
         .await;
     let key = refund_key(&fresh_run(), "1182");
     let claim = claimed(&store, request(&key, Duration::from_secs(30))).await;
-    store
-        .complete(&claim, finished("7"))
-        .await
-        .expect("complete");
+    store.complete(&claim, done("7")).await.expect("complete");
     let again = store
         .claim(request(&key, Duration::from_secs(30)))
         .await

@@ -12,7 +12,7 @@ use idempotent_tools::{
     store::{ClaimAnswer, Store},
 };
 use idempotent_tools_testing::conformance::kit::{
-    claimed, finished, fresh_run, in_flight, refund_key, request,
+    claimed, done, fresh_run, in_flight, refund_key, request,
 };
 
 use crate::{Schema, admin, unique_schema};
@@ -30,7 +30,7 @@ pub(super) async fn a_waiter_on_another_connection_is_woken_by_notify_not_by_pol
     let waiting = tokio::spawn(woken);
     let completed_at = Instant::now();
     holder_store
-        .complete(&claim, finished("1"))
+        .complete(&claim, done("1"))
         .await
         .expect("complete");
     tokio::time::timeout(Duration::from_secs(1), waiting)
@@ -80,10 +80,7 @@ pub(super) async fn only_a_completion_a_waiter_marked_notifies() {
 
     let alone = refund_key(&fresh_run(), "1182");
     let claim = claimed(&holder, request(&alone, Duration::from_secs(30))).await;
-    holder
-        .complete(&claim, finished("1"))
-        .await
-        .expect("complete");
+    holder.complete(&claim, done("1")).await.expect("complete");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(heard_for(&alone, &mut heard), 0, "nobody waited: no NOTIFY");
 
@@ -91,10 +88,7 @@ pub(super) async fn only_a_completion_a_waiter_marked_notifies() {
     let claim = claimed(&holder, request(&waited, Duration::from_secs(30))).await;
     let woken = tokio::spawn(in_flight(&waiter, &waited).await);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    holder
-        .complete(&claim, finished("1"))
-        .await
-        .expect("complete");
+    holder.complete(&claim, done("1")).await.expect("complete");
     tokio::time::timeout(Duration::from_secs(1), woken)
         .await
         .expect("the waiter is woken by the notification")
@@ -145,7 +139,7 @@ pub(super) async fn a_waiter_outlives_its_listening_connection_being_killed() {
 
     let second = in_flight(&waiter_store, &key).await;
     holder_store
-        .complete(&claim, finished("1"))
+        .complete(&claim, done("1"))
         .await
         .expect("complete");
     tokio::time::timeout(Duration::from_secs(3), second)
@@ -179,7 +173,7 @@ pub(super) async fn a_store_on_an_applications_pool_without_a_listener_polls_and
     let woken = in_flight(&polling, &key).await;
     let waiting = tokio::spawn(woken);
     holder_store
-        .complete(&claim, finished("1"))
+        .complete(&claim, done("1"))
         .await
         .expect("complete");
     // Polls back off to 250 ms; the lease has 30 s left.

@@ -10,7 +10,7 @@ use idempotent_tools::store::postgres::tokio_postgres::{self, Config, NoTls};
 use idempotent_tools::store::postgres::{PostgresStoreBuilder, deadpool_postgres};
 use idempotent_tools::store::{ClaimAnswer, ClaimRequest, Store};
 use idempotent_tools_testing::conformance::kit::{
-    claimed, finished, fresh_run, refund_key, request, usd,
+    claimed, done, fresh_run, refund_key, request, usd,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -144,10 +144,7 @@ pub(super) async fn a_claim_a_completion_a_replay_and_a_wait_take_one_round_trip
     // Warm up: statements are prepared once per connection.
     let warm = refund_key(&fresh_run(), "warm-up");
     let claim = claimed(&store, request(&warm, Duration::from_secs(30))).await;
-    store
-        .complete(&claim, finished("0"))
-        .await
-        .expect("complete");
+    store.complete(&claim, done("0")).await.expect("complete");
     store
         .claim(request(&warm, Duration::from_secs(30)))
         .await
@@ -204,10 +201,7 @@ pub(super) async fn a_claim_a_completion_a_replay_and_a_wait_take_one_round_trip
     assert_eq!(measure("a waiter marking the held row", before), 1);
 
     let before = proxy.count();
-    store
-        .complete(&claim, finished("1"))
-        .await
-        .expect("complete");
+    store.complete(&claim, done("1")).await.expect("complete");
     assert_eq!(measure("a completion", before), 1);
 
     let before = proxy.count();

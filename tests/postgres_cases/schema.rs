@@ -38,13 +38,25 @@ pub(super) async fn a_missing_schema_says_to_migrate_and_nothing_runs() {
     assert_eq!(provider.refunds(), 0);
 }
 
-/// The schema as stores before schema versions left it: the claims table
-/// alone.
+/// A schema at version 1, as stores before schema versions left it: no
+/// versions table, a row's state `held` or `done` with the end in
+/// `ending`, and `finished_at`; its rows written back in that shape.
 async fn downgrade_to_version_1(schema: &Schema) {
     admin(&schema.url)
         .await
         .batch_execute(&format!(
-            "DROP TABLE {0}.idempotent_schema; DROP INDEX {0}.idempotent_claims_tool_state;",
+            "ALTER TABLE {0}.idempotent_claims DROP CONSTRAINT idempotent_claims_state_check;
+             ALTER TABLE {0}.idempotent_claims ADD COLUMN ending text;
+             UPDATE {0}.idempotent_claims
+             SET ending = CASE state WHEN 'done' THEN 'ok' WHEN 'failed' THEN 'err'
+                                     ELSE 'unknown' END,
+                 state = 'done'
+             WHERE state <> 'held';
+             ALTER TABLE {0}.idempotent_claims ADD CONSTRAINT idempotent_claims_state_check
+                 CHECK (state IN ('held', 'done'));
+             ALTER TABLE {0}.idempotent_claims RENAME COLUMN completed_at TO finished_at;
+             DROP TABLE {0}.idempotent_schema;
+             DROP INDEX {0}.idempotent_claims_tool_state;",
             schema.name
         ))
         .await
@@ -125,7 +137,7 @@ pub(super) async fn a_schema_newer_than_the_code_is_refused_and_left_unchanged()
                 err,
                 StoreError::SchemaTooNew {
                     found: 99,
-                    supported: 2
+                    supported: idempotent_tools::store::SCHEMA_VERSION
                 }
             ),
             "{err:?}"
@@ -141,7 +153,7 @@ pub(super) async fn a_schema_newer_than_the_code_is_refused_and_left_unchanged()
         .await
         .expect("versions")
         .get(0);
-    assert_eq!(versions, 2, "nothing was changed");
+    assert_eq!(versions, 3, "nothing was changed: versions 2 and 3, and 99");
 }
 
 pub(super) async fn a_schema_missing_is_not_created_by_check_schema() {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use idempotent_tools::RedisStore;
 use idempotent_tools::store::redis::redis;
 use idempotent_tools::{
-    records::Records,
+    records::{RecordState, Records},
     store::{ClaimAnswer, ClaimRequest, Store},
 };
 use tracing::instrument::WithSubscriber;
@@ -16,8 +16,8 @@ use tracing_subscriber::layer::SubscriberExt;
 use crate::harness::Trial;
 use crate::{Prefixed, URL, admin};
 use idempotent_tools_testing::conformance::kit::{
-    CountingProvider as Provider, Ends, Holder, claimed, finished, fresh_run, refund_call,
-    refund_key, refunds, request,
+    CountingProvider as Provider, Ends, Holder, claimed, done, fresh_run, refund_call, refund_key,
+    refunds, request,
 };
 
 mod restart;
@@ -39,6 +39,7 @@ pub fn trials() -> Vec<Trial> {
         racing_claims_from_many_connections_take_one_round_trip_each,
         measured_latency_of_a_guarded_call_on_the_local_server,
         restart::calls_made_while_the_server_restarts_go_through_once_it_is_back,
+        a_record_in_the_former_layout_replays_and_reads_in_todays_words,
     );
     trials.extend(crate::trials!(always;
         an_unreachable_server_is_unavailable_and_prints_each_cause_once,
@@ -62,10 +63,7 @@ async fn keys_carry_the_prefix_and_a_hash_tag_of_the_keys_digest() {
     let tag = &expected[expected.find('{').expect("{") + 1..expected.find('}').expect("}")];
     assert_eq!(tag, hex(&key.digest()));
     assert_eq!(store.wake_channel(), format!("{}wake", place.prefix));
-    store
-        .complete(&claim, finished("1"))
-        .await
-        .expect("complete");
+    store.complete(&claim, done("1")).await.expect("complete");
     assert_eq!(
         place.keys().await,
         [expected],
@@ -95,14 +93,11 @@ async fn retention_is_the_records_time_to_live_and_a_purge_has_nothing_to_remove
         "a held claim lives its lease and then its retention: {ttl} ms"
     );
 
-    store
-        .complete(&held, finished("1"))
-        .await
-        .expect("complete");
+    store.complete(&held, done("1")).await.expect("complete");
     let ttl = pttl(&place, &store.record_key(&held_key)).await;
     assert!(
         (3_590_000..=hour.as_millis() as i64).contains(&ttl),
-        "a finished record lives its retention: {ttl} ms"
+        "a completed record lives its retention: {ttl} ms"
     );
 
     for order in 0..5 {
@@ -115,10 +110,7 @@ async fn retention_is_the_records_time_to_live_and_a_purge_has_nothing_to_remove
             },
         )
         .await;
-        store
-            .complete(&claim, finished("2"))
-            .await
-            .expect("complete");
+        store.complete(&claim, done("2")).await.expect("complete");
         assert_eq!(
             pttl(&place, &store.record_key(&key)).await,
             -2,
@@ -246,4 +238,57 @@ async fn an_evicting_policy_is_warned_about_on_connect_and_noeviction_is_not() {
 
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A record written before the state had one word per value (`state` done,
+/// how it ended in `ending`, its time in `finished_at`) still replays, reads
+/// in today's words, and blocks a repeat of a failed action.
+async fn a_record_in_the_former_layout_replays_and_reads_in_todays_words() {
+    let Some(place) = Prefixed::new() else { return };
+    let store = place.store().await;
+    let key = refund_key(&fresh_run(), "1182");
+    let claim = claimed(&store, request(&key, Duration::from_secs(30))).await;
+    store.complete(&claim, done("1")).await.expect("complete");
+    let record = store.record_key(&key);
+    let former = |ending: &'static str| {
+        let (url, record) = (place.url.clone(), record.clone());
+        async move {
+            let _: () = redis::pipe()
+                .cmd("HSET")
+                .arg(&record)
+                .arg(&["state", "done", "ending", ending])
+                .arg(&["finished_at", "1700000000000"])
+                .cmd("HDEL")
+                .arg(&record)
+                .arg("completed_at")
+                .query_async(&mut admin(&url).await)
+                .await
+                .expect("the former layout");
+        }
+    };
+    former("ok").await;
+    assert!(matches!(
+        store.claim(request(&key, Duration::from_secs(30))).await,
+        Ok(ClaimAnswer::Completed(completion)) if completion.state == RecordState::Done
+    ));
+    let read = store
+        .inspect(&key)
+        .await
+        .expect("inspect")
+        .expect("a record");
+    assert_eq!(read.state, RecordState::Done);
+    assert!(read.completed_at.is_some());
+
+    // The same record, as the former layout wrote a failed action.
+    former("err").await;
+    assert!(matches!(
+        store.claim(request(&key, Duration::from_secs(30))).await,
+        Ok(ClaimAnswer::Completed(completion)) if completion.state == RecordState::Failed
+    ));
+    let read = store
+        .inspect(&key)
+        .await
+        .expect("inspect")
+        .expect("a record");
+    assert_eq!(read.state, RecordState::Failed);
 }

@@ -14,7 +14,7 @@ use idempotent_tools::store::{ClaimAnswer, Store, StoreError};
 use super::hex;
 use crate::{Prefixed, admin};
 use idempotent_tools_testing::conformance::kit::{
-    self, assert_each_cause_once, claimed, error_chain, finished, fresh_run, in_flight, refund_key,
+    self, assert_each_cause_once, claimed, done, error_chain, fresh_run, in_flight, refund_key,
     request,
 };
 
@@ -48,10 +48,7 @@ pub async fn a_waiter_is_woken_by_one_publish_and_a_completion_nobody_waits_for_
 
     let alone = refund_key(&fresh_run(), "1182");
     let claim = claimed(&holder, request(&alone, Duration::from_secs(30))).await;
-    holder
-        .complete(&claim, finished("1"))
-        .await
-        .expect("complete");
+    holder.complete(&claim, done("1")).await.expect("complete");
     assert_eq!(holder.published(), 0, "nobody waited, nothing published");
 
     let awaited = refund_key(&fresh_run(), "1183");
@@ -65,10 +62,7 @@ pub async fn a_waiter_is_woken_by_one_publish_and_a_completion_nobody_waits_for_
     );
     let waiting = tokio::spawn(woken);
     let completed_at = Instant::now();
-    holder
-        .complete(&claim, finished("2"))
-        .await
-        .expect("complete");
+    holder.complete(&claim, done("2")).await.expect("complete");
     assert_eq!(
         holder.published(),
         1,
@@ -117,10 +111,7 @@ pub async fn a_lost_wake_up_delays_a_waiter_by_at_most_the_recheck() {
         .expect("hdel");
     let waiting = tokio::spawn(woken);
     let completed_at = Instant::now();
-    holder
-        .complete(&claim, finished("1"))
-        .await
-        .expect("complete");
+    holder.complete(&claim, done("1")).await.expect("complete");
     assert_eq!(holder.published(), 0, "nothing was published");
     tokio::time::timeout(
         idempotent_tools::store::redis::RECHECK_EVERY + Duration::from_secs(3),
@@ -162,10 +153,7 @@ pub async fn a_script_the_server_forgot_is_loaded_again_and_the_step_goes_throug
             );
             reloaded = true;
         }
-        store
-            .complete(&claim, finished("1"))
-            .await
-            .expect("complete");
+        store.complete(&claim, done("1")).await.expect("complete");
         assert!(matches!(
             store.claim(request(&key, Duration::from_secs(30))).await,
             Ok(ClaimAnswer::Completed(_))
@@ -192,10 +180,7 @@ pub async fn waiting_for_zero_replicas_rides_in_the_same_round_trip() {
     let key = refund_key(&fresh_run(), "1182");
     let before = store.round_trips();
     let claim = claimed(&store, request(&key, Duration::from_secs(30))).await;
-    store
-        .complete(&claim, finished("1"))
-        .await
-        .expect("complete");
+    store.complete(&claim, done("1")).await.expect("complete");
     assert_eq!(
         store.round_trips() - before,
         2,
@@ -209,10 +194,7 @@ pub async fn waiting_for_zero_replicas_rides_in_the_same_round_trip() {
         .expect("script flush");
     let other = refund_key(&fresh_run(), "1183");
     let claim = claimed(&store, request(&other, Duration::from_secs(30))).await;
-    store
-        .complete(&claim, finished("2"))
-        .await
-        .expect("complete");
+    store.complete(&claim, done("2")).await.expect("complete");
 }
 
 async fn replicas(place: &Prefixed) -> u32 {

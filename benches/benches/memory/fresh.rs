@@ -64,7 +64,7 @@ pub fn fresh(c: &mut Criterion) {
         })
     });
 
-    // The same, with a zero retention: the store sweeps finished records as
+    // The same, with a zero retention: the store sweeps completed records as
     // fast as they come, so it stays small and in cache, like the floor's map.
     group.bench_function("guarded_by_hand_swept", |b| {
         b.iter_custom(|iters| {

@@ -3,7 +3,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use idempotent_tools::store::{Ending, Store};
+use idempotent_tools::records::RecordState;
+use idempotent_tools::store::Store;
 use serde_json::Value;
 
 use crate::records::{
@@ -38,7 +39,7 @@ pub async fn every_command(store: &dyn Store, target: &str) {
     assert_eq!(all["next"], Value::Null);
     assert_eq!(keys(&list(&["--state", "unknown"])), ["d-unknown"]);
     assert_eq!(keys(&list(&["--state", "held"])), ["a-held", "b-crashed"]);
-    assert_eq!(keys(&list(&["--state", "error"])), ["e-error"]);
+    assert_eq!(keys(&list(&["--state", "failed"])), ["e-error"]);
     assert_eq!(keys(&list(&["--tool", "shop::cancel_order"])), ["e-error"]);
     assert_eq!(keys(&list(&["--older-than", "1h"])), ["f-old"]);
     let unknown = &list(&["--state", "unknown"])["records"][0];
@@ -138,17 +139,32 @@ pub async fn stats_and_purge(store: &dyn Store, target: &str) {
         hour,
     )
     .await;
-    finish(store, &key(&run, "done-1"), &REFUND, Ending::Ok, now).await;
-    finish(store, &key(&run, "done-2"), &REFUND, Ending::Ok, now).await;
-    finish(store, &key(&run, "error"), &CANCEL, Ending::Err, now).await;
+    finish(store, &key(&run, "done-1"), &REFUND, RecordState::Done, now).await;
+    finish(store, &key(&run, "done-2"), &REFUND, RecordState::Done, now).await;
+    finish(
+        store,
+        &key(&run, "error"),
+        &CANCEL,
+        RecordState::Failed,
+        now,
+    )
+    .await;
     let expired = key(&run, "expired");
-    finish_keeping(store, &expired, &CANCEL, Ending::Ok, now, Duration::ZERO).await;
+    finish_keeping(
+        store,
+        &expired,
+        &CANCEL,
+        RecordState::Done,
+        now,
+        Duration::ZERO,
+    )
+    .await;
 
     let stats = cli(target, &["stats", "--json"]).expect(0).json();
     assert_eq!(stats["total"], 5);
     assert_eq!(stats["by_state"]["held"], 1);
     assert_eq!(stats["by_state"]["done"], 3);
-    assert_eq!(stats["by_state"]["error"], 1);
+    assert_eq!(stats["by_state"]["failed"], 1);
     assert_eq!(stats["by_state"]["unknown"], 0);
     let counts = stats["counts"].as_array().expect("counts");
     assert!(
@@ -160,7 +176,7 @@ pub async fn stats_and_purge(store: &dyn Store, target: &str) {
     assert!(
         table
             .stdout
-            .contains("5 records: 1 held, 3 done, 0 unknown, 1 error"),
+            .contains("5 records: 1 held, 3 done, 1 failed, 0 unknown"),
         "{}",
         table.stdout
     );

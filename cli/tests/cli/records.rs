@@ -6,7 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use idempotent_tools::{
     call::{Fingerprint, Key, ToolId},
-    store::{ClaimAnswer, ClaimRequest, Ending, Finished, Recorded, Store},
+    records::RecordState,
+    store::{ClaimAnswer, ClaimRequest, Completion, RecordValue, Store},
 };
 use serde_json::Value;
 
@@ -53,17 +54,23 @@ pub async fn claim(store: &dyn Store, key: &Key, tool: &ToolId, lease: Duration,
     let _ = claim;
 }
 
-/// Claims `key` and records `ending` at `at`, kept for an hour.
-pub async fn finish(store: &dyn Store, key: &Key, tool: &ToolId, ending: Ending, at: SystemTime) {
-    finish_keeping(store, key, tool, ending, at, Duration::from_secs(3600)).await;
+/// Claims `key` and completes it as `state` at `at`, kept for an hour.
+pub async fn finish(
+    store: &dyn Store,
+    key: &Key,
+    tool: &ToolId,
+    state: RecordState,
+    at: SystemTime,
+) {
+    finish_keeping(store, key, tool, state, at, Duration::from_secs(3600)).await;
 }
 
-/// Claims `key` and records `ending` at `at`, kept for `keep`.
+/// Claims `key` and completes it as `state` at `at`, kept for `keep`.
 pub async fn finish_keeping(
     store: &dyn Store,
     key: &Key,
     tool: &ToolId,
-    ending: Ending,
+    state: RecordState,
     at: SystemTime,
     keep: Duration,
 ) {
@@ -80,17 +87,17 @@ pub async fn finish_keeping(
     let ClaimAnswer::Claimed(claim) = store.claim(req).await.expect("claim") else {
         panic!("expected a fresh claim");
     };
-    let json = match ending {
-        Ending::Ok => r#"{"id":"re_1"}"#,
-        Ending::Err => r#""card declined""#,
+    let json = match state {
+        RecordState::Done => r#"{"id":"re_1"}"#,
+        RecordState::Failed => r#""card declined""#,
         _ => "null",
     };
-    let finished = Finished {
-        ending,
-        value: Recorded::from_json(json),
-        finished_at: at,
+    let completion = Completion {
+        state,
+        value: RecordValue::from_json(json),
+        completed_at: at,
     };
-    store.complete(&claim, finished).await.expect("complete");
+    store.complete(&claim, completion).await.expect("complete");
 }
 
 /// Under a fresh run: a live claim (`a-held`), a crashed holder's claim
@@ -117,22 +124,29 @@ pub async fn one_of_each(store: &dyn Store) -> String {
         hour,
     )
     .await;
-    finish(store, &key(&run, "c-done"), &REFUND, Ending::Ok, now).await;
+    finish(store, &key(&run, "c-done"), &REFUND, RecordState::Done, now).await;
     finish(
         store,
         &key(&run, "d-unknown"),
         &REFUND,
-        Ending::Unknown,
+        RecordState::Unknown,
         now,
     )
     .await;
-    finish(store, &key(&run, "e-error"), &CANCEL, Ending::Err, now).await;
+    finish(
+        store,
+        &key(&run, "e-error"),
+        &CANCEL,
+        RecordState::Failed,
+        now,
+    )
+    .await;
     let two_hours_ago = now - 2 * hour;
     finish(
         store,
         &key(&run, "f-old"),
         &REFUND,
-        Ending::Ok,
+        RecordState::Done,
         two_hours_ago,
     )
     .await;

@@ -5,10 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use idempotent_tools::RedisStore;
-use idempotent_tools::{
-    records::{Forget, RecordQuery, Records},
-    store::Ending,
-};
+use idempotent_tools::records::{Forget, RecordQuery, RecordState, Records};
 
 use crate::commands::every_command;
 use crate::records::{CANCEL, REFUND, claim, finish, finish_keeping, fresh_run, key};
@@ -60,17 +57,32 @@ pub async fn stats_and_purge_on_redis() {
         hour,
     )
     .await;
-    finish(&store, &key(&run, "done"), &REFUND, Ending::Ok, now).await;
-    finish(&store, &key(&run, "error"), &CANCEL, Ending::Err, now).await;
+    finish(&store, &key(&run, "done"), &REFUND, RecordState::Done, now).await;
+    finish(
+        &store,
+        &key(&run, "error"),
+        &CANCEL,
+        RecordState::Failed,
+        now,
+    )
+    .await;
     // Kept for no time: the server expires it at once.
     let expired = key(&run, "expired");
-    finish_keeping(&store, &expired, &CANCEL, Ending::Ok, now, Duration::ZERO).await;
+    finish_keeping(
+        &store,
+        &expired,
+        &CANCEL,
+        RecordState::Done,
+        now,
+        Duration::ZERO,
+    )
+    .await;
 
     let stats = cli(&target, &["stats", "--json"]).expect(0).json();
     assert_eq!(stats["total"], 3, "{stats}");
     assert_eq!(stats["by_state"]["held"], 1);
     assert_eq!(stats["by_state"]["done"], 1);
-    assert_eq!(stats["by_state"]["error"], 1);
+    assert_eq!(stats["by_state"]["failed"], 1);
     cli(&target, &["show", expired.as_str()]).expect(3);
 
     // Redis expires records itself, so a purge finds nothing left to do

@@ -9,7 +9,8 @@ use std::time::SystemTime;
 use crate::error::Error;
 use crate::key::Key;
 use crate::observe::{self, Timed};
-use crate::store::record::{Ending, Finished, Recorded};
+use crate::store::record::{Completion, RecordValue};
+use crate::store::records::RecordState;
 use crate::store::{Store, StoreError, StoreFuture, StoreResult};
 use crate::tool::ToolId;
 
@@ -34,21 +35,21 @@ impl Acting {
         }
     }
 
-    /// Records the finished action; see [`Held::complete`].
-    pub(super) fn complete(self, ending: Ending, value: Recorded) -> Completing {
+    /// Completes the claim with the action's record; see [`Held::complete`].
+    pub(super) fn complete(self, state: RecordState, value: RecordValue) -> Completing {
         let Acting { held, active, tool } = self;
         let store = held.store();
-        let finished = Finished {
-            ending,
+        let completion = Completion {
+            state,
             value,
-            finished_at: SystemTime::now(),
+            completed_at: SystemTime::now(),
         };
         Completing {
-            recording: observe::timed(&*store, "complete", held.complete(finished)),
+            recording: observe::timed(&*store, "complete", held.complete(completion)),
             store,
             active,
             tool,
-            ending,
+            state,
         }
     }
 
@@ -69,7 +70,7 @@ pub(super) struct Completing {
     store: Arc<dyn Store>,
     active: active::Active,
     tool: ToolId,
-    ending: Ending,
+    state: RecordState,
 }
 
 impl Future for Completing {
@@ -79,8 +80,8 @@ impl Future for Completing {
         let recorded = ready!(Pin::new(&mut self.recording).poll(cx));
         Poll::Ready(match recorded {
             Ok(()) => {
-                match self.ending {
-                    Ending::Err => observe::error_recorded(&self.tool),
+                match self.state {
+                    RecordState::Failed => observe::error_recorded(&self.tool),
                     _ => observe::fresh(&self.tool),
                 }
                 Ok(())

@@ -19,7 +19,8 @@ use crate::outcome::{
     ConflictReason, DEFAULT_CONFLICT_NOTE, DEFAULT_REPLAY_NOTE, OTHER_TOOL_NOTE, Outcome,
 };
 use crate::policy::Takeover;
-use crate::store::record::{Ending, Finished, Recorded};
+use crate::store::record::{Completion, RecordValue};
+use crate::store::records::RecordState;
 use crate::store::{ClaimAnswer, ClaimRequest, Store, StoreFuture, StoreResult, default_store};
 use crate::tool::ToolId;
 
@@ -42,7 +43,7 @@ impl Call {
     /// The call is worked on in place, so that a replay never moves it.
     /// What is left of it once it has begun is only to be dropped; if
     /// `replay` panics, it is left as it was.
-    pub(super) fn begin(&mut self, replay: &mut dyn FnMut(&Finished)) -> Begin {
+    pub(super) fn begin(&mut self, replay: &mut dyn FnMut(&Completion)) -> Begin {
         if active::is_acting(self.key.as_str()) {
             return Begin::Now(Begun::Ended(Ended::Failed(Error::Reentrant {
                 key: mem::take(&mut self.key).into_key(),
@@ -67,7 +68,7 @@ impl Call {
         // A repeat of a finished call is found by the key's text, so its
         // key is never made a shared value; any other call claims the key.
         enum Probed {
-            Replayed(Ending),
+            Replayed(RecordState),
             Claimed(Key, Option<StoreResult<Answer>>),
         }
         let (lease, retention) = (self.policy.get().lease, self.policy.get().retention);
@@ -77,15 +78,15 @@ impl Call {
                 self.key.as_str(),
                 &self.tool,
                 self.fingerprint,
-                &mut |finished| {
+                &mut |completion| {
                     if lent.is_none() {
-                        lent = Some(finished.ending);
-                        replay(finished);
+                        lent = Some(completion.state);
+                        replay(completion);
                     }
                 },
             );
-            if let Some(ending) = lent {
-                return Probed::Replayed(ending);
+            if let Some(state) = lent {
+                return Probed::Replayed(state);
             }
             let key = self.key.share().clone();
             let request = ClaimRequest {
@@ -99,8 +100,8 @@ impl Call {
             Probed::Claimed(key, ready)
         });
         let (key, ready) = match probed {
-            Probed::Replayed(ending) => {
-                observe::found_finished(&self.tool, ending);
+            Probed::Replayed(state) => {
+                observe::found_completed(&self.tool, state);
                 let (key, note) = self.replay_parts();
                 return Begin::Now(Begun::Ended(Ended::ReplayedAtOnce { key, note }));
             }
@@ -166,10 +167,10 @@ impl Call {
             };
             match answer {
                 ClaimAnswer::Claimed(held) if self.reports_takeover(&held) => {
-                    let unknown = Finished {
-                        ending: Ending::Unknown,
-                        value: Recorded::from_json("null"),
-                        finished_at: SystemTime::now(),
+                    let unknown = Completion {
+                        state: RecordState::Unknown,
+                        value: RecordValue::from_json("null"),
+                        completed_at: SystemTime::now(),
                     };
                     // Nothing ran here: if the unknown outcome cannot be
                     // recorded, the claim stays held and the next caller
@@ -204,8 +205,8 @@ impl Call {
     }
 
     /// A replay, with the note the call site chose.
-    fn replay(&mut self, finished: Finished) -> Begun {
-        observe::found_finished(&self.tool, finished.ending);
+    fn replay(&mut self, finished: Completion) -> Begun {
+        observe::found_completed(&self.tool, finished.state);
         let (key, note) = self.replay_parts();
         Begun::Ended(Ended::Replay {
             finished,
@@ -229,7 +230,7 @@ impl Call {
     }
 
     /// A conflict, with the note the call site chose (or the other tool's).
-    fn conflict(&mut self, reason: ConflictReason, first: Option<Recorded>) -> Begun {
+    fn conflict(&mut self, reason: ConflictReason, first: Option<RecordValue>) -> Begun {
         observe::conflict(&self.tool, reason);
         Begun::Ended(Ended::Conflict {
             note: match reason {
@@ -261,7 +262,7 @@ pub(super) enum Begun {
 pub(super) enum Ended {
     Replay {
         key: PendingKey,
-        finished: Finished,
+        finished: Completion,
         note: Cow<'static, str>,
     },
     /// A replay the store answered at once, whose result the caller's
@@ -272,7 +273,7 @@ pub(super) enum Ended {
     },
     Conflict {
         reason: ConflictReason,
-        first: Option<Recorded>,
+        first: Option<RecordValue>,
         note: Cow<'static, str>,
     },
     Failed(Error),
@@ -293,13 +294,13 @@ where
 {
     /// Reads the record: its value as `T`, or its recorded error as `E` if
     /// this call site records errors.
-    pub(super) fn read(finished: &Finished, errors: Option<&ErrorCodec<E>>) -> Replayed<T, E> {
-        match finished.ending {
-            Ending::Ok => match finished.value.decode::<T>() {
+    pub(super) fn read(finished: &Completion, errors: Option<&ErrorCodec<E>>) -> Replayed<T, E> {
+        match finished.state {
+            RecordState::Done => match finished.value.decode::<T>() {
                 Ok(value) => Replayed::Value(value),
                 Err(error) => Replayed::Unreadable(Error::Codec(error)),
             },
-            Ending::Err => match errors {
+            RecordState::Failed => match errors {
                 Some(codec) => match (codec.replay)(&finished.value) {
                     Ok(error) => Replayed::Error(error),
                     Err(error) => Replayed::Unreadable(error),
@@ -308,7 +309,9 @@ where
                 // cannot read them, and must not act again.
                 None => Replayed::Unknown,
             },
-            Ending::Unknown => Replayed::Unknown,
+            // A completion is never held; were it, acting again could
+            // act twice.
+            RecordState::Unknown | RecordState::Held => Replayed::Unknown,
         }
     }
 

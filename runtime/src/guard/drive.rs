@@ -1,5 +1,5 @@
 //! The typed shim of a guarded call: it drives the claim, polls the
-//! tool's action, and turns the ending into the tool's result.
+//! tool's action, and turns how it went into the tool's result.
 //!
 //! It is one hand-written state machine rather than an `async fn`: the
 //! action is pinned in place, and the call is in one state at a time, so
@@ -22,7 +22,8 @@ use serde::de::DeserializeOwned;
 use crate::error::Error;
 use crate::observe;
 use crate::outcome::Outcome;
-use crate::store::record::{Ending, Recorded};
+use crate::store::record::RecordValue;
+use crate::store::records::RecordState;
 
 use super::acting::{Acting, Completing, Releasing};
 use super::call::Call;
@@ -93,7 +94,7 @@ enum State<T, E> {
     RecordingError(Completing, E),
     /// The action returned this error; the claim is being released.
     Releasing(Releasing, E),
-    /// Finished, or unwinding from a panic in the action.
+    /// Completion, or unwinding from a panic in the action.
     Done,
 }
 
@@ -166,12 +167,12 @@ where
                     *state = match acting.active.poll_as(|| action.poll(cx)) {
                         Poll::Pending => State::Acting(acting),
                         Poll::Ready(Ok(value)) => State::Completing(
-                            acting.complete(Ending::Ok, Recorded::typed(value.clone())),
+                            acting.complete(RecordState::Done, RecordValue::typed(value.clone())),
                             value,
                         ),
                         Poll::Ready(Err(err)) => match errors {
                             Some(codec) => State::RecordingError(
-                                acting.complete(Ending::Err, (codec.record)(&err)),
+                                acting.complete(RecordState::Failed, (codec.record)(&err)),
                                 err,
                             ),
                             None => State::Releasing(acting.release(), err),
@@ -213,7 +214,7 @@ where
                         }
                     };
                 }
-                // Polled again after it finished: it never will again.
+                // Polled again after it was completed: it never will again.
                 State::Done => return Poll::Pending,
             };
             match next {
@@ -227,15 +228,15 @@ where
 }
 
 pub(crate) struct ErrorCodec<E> {
-    pub(super) record: fn(&E) -> Recorded,
-    pub(super) replay: fn(&Recorded) -> Result<E, Error>,
+    pub(super) record: fn(&E) -> RecordValue,
+    pub(super) replay: fn(&RecordValue) -> Result<E, Error>,
 }
 
 impl<E: Serialize + DeserializeOwned + Clone + Send + Sync + 'static> ErrorCodec<E> {
     pub(crate) fn recording() -> ErrorCodec<E> {
         ErrorCodec {
-            record: |e: &E| Recorded::typed(e.clone()),
-            replay: |r: &Recorded| r.decode::<E>().map_err(Error::Codec),
+            record: |e: &E| RecordValue::typed(e.clone()),
+            replay: |r: &RecordValue| r.decode::<E>().map_err(Error::Codec),
         }
     }
 }

@@ -27,7 +27,8 @@ use tokio::time::Instant;
 
 use super::answers_at_once;
 use crate::observe;
-use crate::store::record::{Ending, Finished, Recorded};
+use crate::store::record::{Completion, RecordValue};
+use crate::store::records::RecordState;
 use crate::store::{Claim, Store, StoreError, StoreFuture, StoreResult};
 
 /// The first pause before a store step is tried again.
@@ -110,11 +111,14 @@ impl Held {
         self.renewal = Some(Renewal { task, lease_end });
     }
 
-    /// Records the finished action. The record is written even if this
+    /// Records the completed action. The record is written even if this
     /// future is dropped, and tried again while the lease holds if the store
     /// is unreachable. A result the store cannot keep faithfully is recorded
     /// as an unknown outcome, so that no later call runs the action again.
-    pub(crate) fn complete(mut self, finished: Finished) -> StoreFuture<'static, StoreResult<()>> {
+    pub(crate) fn complete(
+        mut self,
+        finished: Completion,
+    ) -> StoreFuture<'static, StoreResult<()>> {
         // The action happened: from here on the claim is never released.
         self.armed = false;
         // Tried again until the lease as it stands now runs out; renewing
@@ -184,15 +188,15 @@ impl Drop for Held {
 async fn record(
     store: &dyn Store,
     claim: &Claim,
-    finished: Finished,
+    finished: Completion,
     deadline: Instant,
 ) -> StoreResult<()> {
     let recorded = retrying(deadline, || store.complete(claim, finished.clone())).await;
     if let Err(StoreError::Unrecordable(_)) = &recorded {
-        let unknown = Finished {
-            ending: Ending::Unknown,
-            value: Recorded::from_json("null"),
-            finished_at: finished.finished_at,
+        let unknown = Completion {
+            state: RecordState::Unknown,
+            value: RecordValue::from_json("null"),
+            completed_at: finished.completed_at,
         };
         // If even this fails, the claim stays held until its lease runs out,
         // and the takeover policy decides, as after a crash.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
 use crate::outcome::ConflictReason;
-use crate::store::record::{Finished, Recorded};
+use crate::store::record::{Completion, RecordValue};
 use crate::tool::ToolId;
 
 /// A request to claim a key.
@@ -57,15 +57,16 @@ pub enum ClaimAnswer<C = Claim> {
     /// Another caller holds the claim with the same tool and arguments.
     /// Await the [`Wait`], then claim again.
     InFlight(Wait),
-    /// The action finished earlier with the same tool and arguments.
-    Completed(Finished),
+    /// The claim was completed earlier, with the same tool and arguments:
+    /// its record is done, failed or unknown.
+    Completed(Completion),
     /// The key was used for a different request.
     Conflict {
         /// What differed.
         reason: ConflictReason,
         /// The first request's result, if it finished successfully and came
         /// from the same tool.
-        first: Option<Recorded>,
+        first: Option<RecordValue>,
     },
 }
 

@@ -39,7 +39,7 @@ mod schema;
 #[path = "sqlite/mod.rs"]
 pub(crate) mod sqlite_store;
 
-pub use crate::store::record::{Ending, Finished, Recorded};
+pub use crate::store::record::{Completion, RecordValue};
 pub use claim::{Claim, ClaimAnswer, ClaimRequest, Wait};
 pub use default::{IntoStore, default_store};
 pub use error::{StoreError, StoreResult};
@@ -100,12 +100,12 @@ use std::any::Any;
 ///   current; completing a claim that the same owner and fence already
 ///   completed succeeds again (the guard retries a completion whose reply
 ///   was lost);
-/// - [`Store::complete`] refuses a result that [`Recorded::to_json`] refuses
+/// - [`Store::complete`] refuses a result that [`RecordValue::to_json`] refuses
 ///   with [`StoreError::Unrecordable`], before writing anything, if the store
 ///   keeps JSON;
 /// - [`StoreError::Unavailable`] means nothing was done, or the step may be
 ///   tried again safely: the guard retries completions and releases on it;
-/// - a held claim is never purged; a finished record is purged only after
+/// - a held claim is never purged; a completed record is purged only after
 ///   its retention;
 /// - a [`Wait`] never misses a completion or release that happens after the
 ///   claim that returned it.
@@ -135,7 +135,7 @@ use std::any::Any;
 /// use idempotent_tools::store::{
 ///     Claim, ClaimAnswer, ClaimRequest, Store, StoreFuture, StoreResult,
 /// };
-/// use idempotent_tools::{MemoryStore, store::Finished};
+/// use idempotent_tools::{MemoryStore, store::Completion};
 ///
 /// /// A memory store that counts claims.
 /// struct Counting {
@@ -148,7 +148,7 @@ use std::any::Any;
 ///         self.claims.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 ///         self.inner.claim(req)
 ///     }
-///     fn complete<'a>(&'a self, claim: &'a Claim, finished: Finished) -> StoreFuture<'a, StoreResult<()>> {
+///     fn complete<'a>(&'a self, claim: &'a Claim, finished: Completion) -> StoreFuture<'a, StoreResult<()>> {
 ///         self.inner.complete(claim, finished)
 ///     }
 ///     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
@@ -161,7 +161,7 @@ use std::any::Any;
 /// ```
 pub trait Store: Any + Send + Sync {
     /// Claims a key, atomically: the caller holds it, or learns who does,
-    /// or gets the finished record, or a conflict.
+    /// or gets the completed record, or a conflict.
     ///
     /// # Errors
     ///
@@ -178,7 +178,7 @@ pub trait Store: Any + Send + Sync {
     /// a task of its own for that reason.
     fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>>;
 
-    /// Records the finished action under a held claim and wakes waiters.
+    /// Records the completed action under a held claim and wakes waiters.
     ///
     /// # Errors
     ///
@@ -197,7 +197,7 @@ pub trait Store: Any + Send + Sync {
     fn complete<'a>(
         &'a self,
         claim: &'a Claim,
-        finished: Finished,
+        finished: Completion,
     ) -> StoreFuture<'a, StoreResult<()>>;
 
     /// Gives a held claim up without a record, so a retry acts again, and

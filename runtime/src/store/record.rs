@@ -10,8 +10,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::store::StoreError;
+use crate::store::records::RecordState;
 
-// Recorded with each result; re-exported here while callers move to `crate::tool`.
+// Kept with each result; re-exported here while callers move to `crate::tool`.
 
 trait Erased: Any + Send + Sync {
     fn to_json(&self) -> serde_json::Result<String>;
@@ -51,17 +52,17 @@ enum Repr {
 /// The memory store keeps the typed value and replays a clone of it; durable
 /// stores keep its JSON and replay it byte for byte. Cloning is cheap.
 #[derive(Clone)]
-pub struct Recorded(Repr);
+pub struct RecordValue(Repr);
 
-impl Recorded {
+impl RecordValue {
     /// Records a typed value.
-    pub fn typed<T: Serialize + DeserializeOwned + Send + Sync + 'static>(value: T) -> Recorded {
-        Recorded(Repr::Typed(Arc::new(Typed(value))))
+    pub fn typed<T: Serialize + DeserializeOwned + Send + Sync + 'static>(value: T) -> RecordValue {
+        RecordValue(Repr::Typed(Arc::new(Typed(value))))
     }
 
     /// A value read back from a store, as JSON text.
-    pub fn from_json(json: impl Into<Arc<str>>) -> Recorded {
-        Recorded(Repr::Json(json.into()))
+    pub fn from_json(json: impl Into<Arc<str>>) -> RecordValue {
+        RecordValue(Repr::Json(json.into()))
     }
 
     /// The value as JSON text, for a store to write. Fails with
@@ -94,56 +95,24 @@ impl Recorded {
     }
 }
 
-impl fmt::Debug for Recorded {
+impl fmt::Debug for RecordValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
-            Repr::Typed(_) => f.write_str("Recorded(<typed>)"),
-            Repr::Json(json) => write!(f, "Recorded({json})"),
+            Repr::Typed(_) => f.write_str("RecordValue(<typed>)"),
+            Repr::Json(json) => write!(f, "RecordValue({json})"),
         }
     }
 }
 
-/// How a finished action ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Ending {
-    /// It returned a result.
-    Ok,
-    /// It returned an error that was recorded as final.
-    Err,
-    /// A holder crashed mid-action, and the takeover policy recorded the
-    /// outcome as unknown instead of running it again.
-    Unknown,
-}
-
-impl Ending {
-    /// The name stores write.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Ending::Ok => "ok",
-            Ending::Err => "err",
-            Ending::Unknown => "unknown",
-        }
-    }
-
-    /// Parses what [`Ending::as_str`] wrote.
-    pub fn parse(text: &str) -> Option<Ending> {
-        match text {
-            "ok" => Some(Ending::Ok),
-            "err" => Some(Ending::Err),
-            "unknown" => Some(Ending::Unknown),
-            _ => None,
-        }
-    }
-}
-
-/// A finished action's record, as a store keeps it.
+/// What [`Store::complete`](crate::store::Store::complete) writes: the
+/// record a claim leaves once its action is over.
 #[derive(Debug, Clone)]
-pub struct Finished {
-    /// How it ended.
-    pub ending: Ending,
-    /// Its result or recorded error (JSON `null` for an unknown outcome).
-    pub value: Recorded,
-    /// When it finished.
-    pub finished_at: SystemTime,
+pub struct Completion {
+    /// [`Done`](RecordState::Done), [`Failed`](RecordState::Failed) or
+    /// [`Unknown`](RecordState::Unknown); never `Held`.
+    pub state: RecordState,
+    /// Its result or its recorded error (JSON `null` for an unknown outcome).
+    pub value: RecordValue,
+    /// When the claim was completed.
+    pub completed_at: SystemTime,
 }

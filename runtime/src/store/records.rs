@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use super::StoreError;
 use super::{Store, StoreFuture, StoreResult};
 use crate::key::Key;
-use crate::store::record::{Ending, Recorded};
+use crate::store::record::RecordValue;
 use crate::tool::ToolId;
 
 /// The most records one page holds, whatever a query asks for.
@@ -44,7 +44,7 @@ pub const DEFAULT_PAGE: usize = 100;
 /// # Ok(()) }
 /// ```
 pub trait Records: Store {
-    /// Removes finished records whose retention has passed. Returns how many
+    /// Removes completed records whose retention has passed. Returns how many
     /// were removed. Never removes a held claim.
     ///
     /// # Errors
@@ -62,7 +62,7 @@ pub trait Records: Store {
     /// for operators resolving an unknown outcome or a crashed holder.
     /// Returns whether anything was removed.
     ///
-    /// With [`Forget::UnlessLive`], a finished record or a claim whose lease
+    /// With [`Forget::UnlessLive`], a completed record or a claim whose lease
     /// ran out is removed, and a claim whose lease is live is refused with
     /// [`StoreError::LiveClaim`]. With [`Forget::Force`], a live claim is
     /// removed too and its waiters are woken; its holder's completion then
@@ -129,23 +129,37 @@ pub trait Records: Store {
     fn count(&self) -> StoreFuture<'_, StoreResult<Vec<RecordCount>>>;
 }
 
-/// Where a record stands, as an operator filters on it.
+/// Where a key's record stands. These four words name the states
+/// everywhere: in types, the command-line tool's output, SQL, Redis, metrics
+/// and traces.
+///
+/// | State | What happened | A call with the key |
+/// |---|---|---|
+/// | `held` | a caller claimed the key and is acting, or stopped and its lease has not run out | waits for it; once the lease runs out, one caller takes over ([`Takeover`](crate::call::Takeover)) |
+/// | `done` | the action returned its result, which was recorded | gets the result again: a replay |
+/// | `failed` | the action returned an error recorded as final (`record_errors`) | gets the error again |
+/// | `unknown` | a holder stopped mid-action and the takeover policy said not to run it again, or its result could not be kept | [`Error::UnknownOutcome`](crate::Error::UnknownOutcome), until an operator forgets the key |
+///
+/// Two events leave no state behind: a claim **released** after its action
+/// failed (or panicked, or was dropped) leaves no record, so the next call
+/// acts; a record **expired** past its retention is as good as gone, and a
+/// purge deletes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum RecordState {
     /// A claim is held: its action is running, or its holder stopped and the
     /// lease has not yet let another caller take over.
     Held,
-    /// The action finished with a result, which every repeat replays.
+    /// The action returned its result, which every repeat replays.
     Done,
+    /// The action's error was recorded as final, and every repeat gets it.
+    Failed,
     /// The outcome is unknown: a holder stopped mid-action under
     /// [`Takeover::ReportUnknown`](crate::call::Takeover::ReportUnknown), or its
     /// result could not be kept. Every call gets
     /// [`Error::UnknownOutcome`](crate::Error::UnknownOutcome) until an
     /// operator forgets the key.
     Unknown,
-    /// The action's error was recorded as final, and every repeat gets it.
-    RecordedError,
 }
 
 impl RecordState {
@@ -153,44 +167,24 @@ impl RecordState {
     pub const ALL: [RecordState; 4] = [
         RecordState::Held,
         RecordState::Done,
+        RecordState::Failed,
         RecordState::Unknown,
-        RecordState::RecordedError,
     ];
 
-    /// The state's name: `held`, `done`, `unknown` or `error`.
+    /// The state's name: `held`, `done`, `failed` or `unknown`, as stores
+    /// write it.
     pub fn as_str(self) -> &'static str {
         match self {
             RecordState::Held => "held",
             RecordState::Done => "done",
+            RecordState::Failed => "failed",
             RecordState::Unknown => "unknown",
-            RecordState::RecordedError => "error",
         }
     }
 
     /// Parses what [`RecordState::as_str`] writes.
     pub fn parse(text: &str) -> Option<RecordState> {
         RecordState::ALL.into_iter().find(|s| s.as_str() == text)
-    }
-
-    /// The state of a finished record that ended this way.
-    pub fn of_ending(ending: Ending) -> RecordState {
-        match ending {
-            Ending::Ok => RecordState::Done,
-            Ending::Err => RecordState::RecordedError,
-            Ending::Unknown => RecordState::Unknown,
-        }
-    }
-
-    /// The column values a durable store matches for this state:
-    /// `(state, ending)`, the ending `None` for a held claim.
-    #[cfg(any(feature = "sqlite", feature = "postgres"))]
-    pub(crate) fn columns(self) -> (&'static str, Option<&'static str>) {
-        match self {
-            RecordState::Held => ("held", None),
-            RecordState::Done => ("done", Some("ok")),
-            RecordState::Unknown => ("done", Some("unknown")),
-            RecordState::RecordedError => ("done", Some("err")),
-        }
     }
 }
 
@@ -319,7 +313,7 @@ impl RecordQuery {
             return false;
         }
         if let Some(age) = self.older_than {
-            let Some(changed) = record.finished_at.or(record.lease_until) else {
+            let Some(changed) = record.completed_at.or(record.lease_until) else {
                 return false;
             };
             if now
@@ -381,9 +375,9 @@ pub struct Record {
     pub lease_until: Option<SystemTime>,
     /// The result or recorded error, once finished (JSON `null` for an
     /// unknown outcome).
-    pub result: Option<Recorded>,
+    pub result: Option<RecordValue>,
     /// When the action finished.
-    pub finished_at: Option<SystemTime>,
+    pub completed_at: Option<SystemTime>,
     /// When a purge may remove the record. `None` for a claim held in the
     /// memory store, which is never purged.
     pub expires_at: Option<SystemTime>,
@@ -425,7 +419,7 @@ impl RecordCount {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Forget {
-    /// A finished record, or a held claim whose lease ran out (its holder
+    /// A completed record, or a held claim whose lease ran out (its holder
     /// stopped). A claim whose lease is live is refused with
     /// [`StoreError::LiveClaim`](crate::store::StoreError::LiveClaim): its action
     /// may be running right now.

@@ -10,7 +10,7 @@
 use super::{StoreError, StoreResult};
 
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The scripts to run on a database at version `found` to bring it to
 /// [`SCHEMA_VERSION`]: none if it is current, an error if it is newer, or
@@ -37,22 +37,26 @@ pub(crate) fn upgrades<'a>(
 mod tests {
     use super::*;
 
-    const SCRIPTS: [&str; 2] = ["v1", "v2"];
+    const SCRIPTS: [&str; 3] = ["v1", "v2", "v3"];
 
     #[test]
     fn every_earlier_version_gets_the_scripts_after_it() {
-        assert_eq!(upgrades(&SCRIPTS, 0, true).expect("new"), ["v1", "v2"]);
-        assert_eq!(upgrades(&SCRIPTS, 1, true).expect("v1"), ["v2"]);
-        assert!(upgrades(&SCRIPTS, 2, false).expect("current").is_empty());
+        assert_eq!(
+            upgrades(&SCRIPTS, 0, true).expect("new"),
+            ["v1", "v2", "v3"]
+        );
+        assert_eq!(upgrades(&SCRIPTS, 1, true).expect("v1"), ["v2", "v3"]);
+        assert_eq!(upgrades(&SCRIPTS, 2, true).expect("v2"), ["v3"]);
+        assert!(upgrades(&SCRIPTS, 3, false).expect("current").is_empty());
     }
 
     #[test]
     fn a_newer_schema_is_refused_and_a_missing_one_is_created_only_when_asked() {
         assert!(matches!(
-            upgrades(&SCRIPTS, 3, true),
+            upgrades(&SCRIPTS, 4, true),
             Err(StoreError::SchemaTooNew {
-                found: 3,
-                supported: 2
+                found: 4,
+                supported: 3
             })
         ));
         assert!(matches!(

@@ -8,14 +8,14 @@ use std::time::Duration;
 use super::PURGE_BATCH;
 use super::case::{Case, Statements, case};
 use super::kit::{
-    CountingProvider, RefundError, claimed, finished, fresh_run, offered, refund_call, refund_key,
+    CountingProvider, RefundError, claimed, done, fresh_run, offered, refund_call, refund_key,
     refunds, request, within,
 };
-use idempotent_tools::records::Records;
+use idempotent_tools::records::{RecordState, Records};
 use idempotent_tools::{
     Error,
     call::{Call, Key},
-    store::{ClaimAnswer, ClaimRequest, Ending, Store, StoreError},
+    store::{ClaimAnswer, ClaimRequest, Store, StoreError},
 };
 
 pub(super) fn cases() -> Vec<Case> {
@@ -72,7 +72,7 @@ async fn a_fresh_claim_a_completion_and_a_replay_take_one_statement_each(
 
     let before = statements();
     store
-        .complete(&claim, finished(r#"{"id":"re_1"}"#))
+        .complete(&claim, done(r#"{"id":"re_1"}"#))
         .await
         .expect("complete");
     assert_eq!(statements() - before, 1, "a completion");
@@ -109,17 +109,14 @@ async fn a_replay_is_byte_identical_to_the_recorded_json(store: Arc<dyn Store>) 
          \"emoji\": \"\u{1F4B8}\", \"big\": \"{big}\" }}"
     );
     let claim = claimed(&*store, request(&key, Duration::from_secs(30))).await;
-    store
-        .complete(&claim, finished(&json))
-        .await
-        .expect("complete");
+    store.complete(&claim, done(&json)).await.expect("complete");
     match store
         .claim(request(&key, Duration::from_secs(30)))
         .await
         .expect("claim")
     {
         ClaimAnswer::Completed(done) => {
-            assert_eq!(done.ending, Ending::Ok);
+            assert_eq!(done.state, RecordState::Done);
             assert!(done.value.to_json().expect("json") == json.as_str());
         }
         other => panic!("expected a replay, got {other:?}"),
@@ -162,10 +159,7 @@ async fn a_purge_deletes_expired_records_in_batches_and_keeps_held_claims_and_li
             },
         )
         .await;
-        store
-            .complete(&claim, finished("1"))
-            .await
-            .expect("complete");
+        store.complete(&claim, done("1")).await.expect("complete");
     }
     let held_key = refund_key(&run, "held");
     let held = claimed(
@@ -178,10 +172,7 @@ async fn a_purge_deletes_expired_records_in_batches_and_keeps_held_claims_and_li
     .await;
     let live_key = refund_key(&run, "live");
     let live = claimed(&*store, request(&live_key, Duration::from_secs(30))).await;
-    store
-        .complete(&live, finished("2"))
-        .await
-        .expect("complete");
+    store.complete(&live, done("2")).await.expect("complete");
 
     let before = statements.as_ref().map(|count| count());
     assert_eq!(records.purge_expired().await.expect("purge"), 25);
@@ -201,10 +192,7 @@ async fn a_purge_deletes_expired_records_in_batches_and_keeps_held_claims_and_li
             .await,
         Ok(ClaimAnswer::Completed(_))
     ));
-    store
-        .complete(&held, finished("3"))
-        .await
-        .expect("complete");
+    store.complete(&held, done("3")).await.expect("complete");
 }
 
 async fn purging_while_expired_keys_are_claimed_again_never_acts_twice(records: Arc<dyn Records>) {
@@ -254,10 +242,7 @@ async fn forgetting_removes_a_finished_record_but_never_a_live_claim(records: Ar
     let run = fresh_run();
     let done_key = refund_key(&run, "done");
     let claim = claimed(&*store, request(&done_key, Duration::from_secs(30))).await;
-    store
-        .complete(&claim, finished("1"))
-        .await
-        .expect("complete");
+    store.complete(&claim, done("1")).await.expect("complete");
     let held_key = refund_key(&run, "held");
     let held = claimed(&*store, request(&held_key, Duration::from_secs(30))).await;
 
@@ -267,10 +252,7 @@ async fn forgetting_removes_a_finished_record_but_never_a_live_claim(records: Ar
         Err(StoreError::LiveClaim { .. })
     ));
     claimed(&*store, request(&done_key, Duration::from_secs(30))).await;
-    store
-        .complete(&held, finished("2"))
-        .await
-        .expect("complete");
+    store.complete(&held, done("2")).await.expect("complete");
 }
 
 async fn a_result_that_cannot_be_stored_faithfully_is_refused_before_any_replay(
@@ -307,7 +289,7 @@ async fn a_result_that_cannot_be_stored_faithfully_is_refused_before_any_replay(
         other => panic!("expected NotRecorded, got {other:?}"),
     }
     assert_eq!(first.guard().and_then(Error::action_ran), Some(true));
-    // Recorded as an unknown outcome: no later call runs it again, nor
+    // Kept as an unknown outcome: no later call runs it again, nor
     // trips over a record it cannot read.
     let again = refund_call(&store, &run, "1182", 42)
         .run(measure())
@@ -331,10 +313,7 @@ async fn a_finished_record_past_its_retention_vanishes_without_a_purge(records: 
         },
     )
     .await;
-    store
-        .complete(&claim, finished("1"))
-        .await
-        .expect("complete");
+    store.complete(&claim, done("1")).await.expect("complete");
     // Expiry is the store's clock at work, not a synchronisation: look
     // again until the record is gone, for at most PATIENCE.
     within("the record's expiry", async {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use idempotent_tools::store::{
-    Claim, ClaimAnswer, ClaimRequest, Finished, Store, StoreError, StoreFuture, StoreResult,
+    Claim, ClaimAnswer, ClaimRequest, Completion, Store, StoreError, StoreFuture, StoreResult,
 };
 
 /// A store with faults put in: renewals that stall until let through (as a
@@ -54,7 +54,7 @@ impl Store for Faulty {
     fn complete<'a>(
         &'a self,
         claim: &'a Claim,
-        finished: Finished,
+        finished: Completion,
     ) -> StoreFuture<'a, StoreResult<()>> {
         self.completions.fetch_add(1, Ordering::SeqCst);
         let fail = self

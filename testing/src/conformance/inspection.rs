@@ -17,7 +17,7 @@ use idempotent_tools::{
     Run,
     call::{Key, ToolId},
     records::{Forget, RecordQuery, RecordState},
-    store::{Claim, ClaimAnswer, ClaimRequest, Ending, Finished, Recorded, Store, StoreError},
+    store::{Claim, ClaimAnswer, ClaimRequest, Completion, RecordValue, Store, StoreError},
 };
 
 pub(super) fn cases() -> Vec<Case> {
@@ -55,7 +55,7 @@ async fn claim(store: &dyn Store, key: &Key, tool: &ToolId) -> Claim {
     }
 }
 
-async fn finish(store: &dyn Store, key: &Key, tool: &ToolId, ending: Ending, json: &str) {
+async fn finish(store: &dyn Store, key: &Key, tool: &ToolId, ending: RecordState, json: &str) {
     finish_at(store, key, tool, ending, json, SystemTime::now()).await;
 }
 
@@ -63,17 +63,17 @@ async fn finish_at(
     store: &dyn Store,
     key: &Key,
     tool: &ToolId,
-    ending: Ending,
+    state: RecordState,
     json: &str,
     at: SystemTime,
 ) {
     let claim = claim(store, key, tool).await;
-    let finished = Finished {
-        ending,
-        value: Recorded::from_json(json),
-        finished_at: at,
+    let completion = Completion {
+        state,
+        value: RecordValue::from_json(json),
+        completed_at: at,
     };
-    store.complete(&claim, finished).await.expect("complete");
+    store.complete(&claim, completion).await.expect("complete");
 }
 
 /// One record of each state, two tools, under a fresh run: held
@@ -86,7 +86,7 @@ async fn one_of_each(store: &dyn Store) -> (Run, Claim) {
         store,
         &refund_key(&run, "b-done"),
         &REFUND,
-        Ending::Ok,
+        RecordState::Done,
         r#"{"id":"re_1"}"#,
     )
     .await;
@@ -94,7 +94,7 @@ async fn one_of_each(store: &dyn Store) -> (Run, Claim) {
         store,
         &refund_key(&run, "c-unknown"),
         &REFUND,
-        Ending::Unknown,
+        RecordState::Unknown,
         "null",
     )
     .await;
@@ -102,7 +102,7 @@ async fn one_of_each(store: &dyn Store) -> (Run, Claim) {
         store,
         &refund_key(&run, "d-error"),
         &CANCEL,
-        Ending::Err,
+        RecordState::Failed,
         r#""declined""#,
     )
     .await;
@@ -124,7 +124,7 @@ async fn records_are_listed_by_state_tool_and_run(records: Arc<dyn Records>) {
         &*store,
         &refund_key(&other_run, "b-done"),
         &REFUND,
-        Ending::Ok,
+        RecordState::Done,
         "1",
     )
     .await;
@@ -140,7 +140,7 @@ async fn records_are_listed_by_state_tool_and_run(records: Arc<dyn Records>) {
         (RecordState::Held, "a-held"),
         (RecordState::Done, "b-done"),
         (RecordState::Unknown, "c-unknown"),
-        (RecordState::RecordedError, "d-error"),
+        (RecordState::Failed, "d-error"),
     ] {
         let page = offered(records.list(&mine.clone().state(state)).await);
         assert_eq!(keys(&page), [refund_key(&run, order).as_str()], "{state}");
@@ -157,7 +157,7 @@ async fn a_listing_pages_through_every_record_once(records: Arc<dyn Records>) {
     let mut expect = Vec::new();
     for n in 0..7 {
         let key = refund_key(&run, &format!("order-{n}"));
-        finish(&*store, &key, &REFUND, Ending::Ok, "1").await;
+        finish(&*store, &key, &REFUND, RecordState::Done, "1").await;
         expect.push(key.as_str().to_owned());
     }
     let mut seen = Vec::new();
@@ -186,14 +186,14 @@ async fn an_age_filter_keeps_only_records_that_changed_long_enough_ago(records: 
         &*store,
         &old,
         &REFUND,
-        Ending::Unknown,
+        RecordState::Unknown,
         "null",
         two_hours_ago,
     )
     .await;
     let mine = RecordQuery::new().run(run.as_str());
 
-    // Finished two hours ago; the rest just now, and the held claim's
+    // Completion two hours ago; the rest just now, and the held claim's
     // lease is live, so it has no age yet.
     let an_hour = offered(
         records
@@ -225,7 +225,7 @@ async fn one_record_reads_in_full(records: Arc<dyn Records>) {
         .expect("json")
         .into_owned();
     assert_eq!(result, r#"{"id":"re_1"}"#);
-    assert!(done.finished_at.is_some());
+    assert!(done.completed_at.is_some());
     assert!(done.expires_at.is_some_and(|at| at > SystemTime::now()));
 
     let claimed = offered(records.inspect(&refund_key(&run, "a-held")).await).expect("a record");
@@ -254,7 +254,7 @@ async fn counts_are_by_tool_and_state(records: Arc<dyn Records>) {
         (&REFUND, RecordState::Held),
         (&REFUND, RecordState::Done),
         (&REFUND, RecordState::Unknown),
-        (&CANCEL, RecordState::RecordedError),
+        (&CANCEL, RecordState::Failed),
     ] {
         assert_eq!(
             of(&after, tool, state),
@@ -295,10 +295,10 @@ async fn forgetting_refuses_a_live_claim_unless_forced(records: Arc<dyn Records>
     assert!(offered(records.forget_with(&held_key, Forget::Force).await));
     assert!(offered(records.inspect(&held_key).await).is_none());
     // The forced holder's completion changes nothing.
-    let late = Finished {
-        ending: Ending::Ok,
-        value: Recorded::from_json("1"),
-        finished_at: SystemTime::now(),
+    let late = Completion {
+        state: RecordState::Done,
+        value: RecordValue::from_json("1"),
+        completed_at: SystemTime::now(),
     };
     assert!(matches!(
         store.complete(&held, late).await,

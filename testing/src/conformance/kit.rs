@@ -21,9 +21,10 @@ use tokio::sync::Notify;
 use idempotent_tools::{
     Error, Outcome, Run,
     call::{Call, Fingerprint, Key, ToolId},
+    records::RecordState,
     store::{
-        Claim, ClaimAnswer, ClaimRequest, Ending, Finished, Recorded, Store, StoreError,
-        StoreResult, Wait,
+        Claim, ClaimAnswer, ClaimRequest, Completion, RecordValue, Store, StoreError, StoreResult,
+        Wait,
     },
 };
 
@@ -173,12 +174,12 @@ pub fn request(key: &Key, lease: Duration) -> ClaimRequest<'_> {
     }
 }
 
-/// A successful ending recording `json`.
-pub fn finished(json: &str) -> Finished {
-    Finished {
-        ending: Ending::Ok,
-        value: Recorded::from_json(json),
-        finished_at: SystemTime::now(),
+/// A completion that leaves the record done, with `json` as its result.
+pub fn done(json: &str) -> Completion {
+    Completion {
+        state: RecordState::Done,
+        value: RecordValue::from_json(json),
+        completed_at: SystemTime::now(),
     }
 }
 

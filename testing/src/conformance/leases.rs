@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::case::{Case, case};
 use super::kit::{
-    CountingProvider, Ends, Holder, claimed, finished, fresh_run, refund_call, refund_key, refunds,
+    CountingProvider, Ends, Holder, claimed, done, fresh_run, refund_call, refund_key, refunds,
     request, usd,
 };
 use idempotent_tools::{
@@ -48,7 +48,7 @@ async fn a_claim_past_its_lease_is_taken_over_with_a_higher_fence_and_the_stale_
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
-        store.complete(&stale, finished(r#""stale""#)).await,
+        store.complete(&stale, done(r#""stale""#)).await,
         Err(StoreError::LeaseLost)
     ));
     assert!(matches!(
@@ -57,7 +57,7 @@ async fn a_claim_past_its_lease_is_taken_over_with_a_higher_fence_and_the_stale_
     ));
 
     store
-        .complete(&current, finished(r#""current""#))
+        .complete(&current, done(r#""current""#))
         .await
         .expect("the current holder completes");
     match store
@@ -92,10 +92,7 @@ async fn a_lease_that_ran_out_is_not_taken_over_by_other_arguments(store: Arc<dy
         ),
         "{other:?}"
     );
-    assert!(matches!(
-        store.complete(&crashed, finished("1")).await,
-        Ok(())
-    ));
+    assert!(matches!(store.complete(&crashed, done("1")).await, Ok(())));
 }
 
 async fn renewing_a_lease_keeps_the_claim_from_being_taken_over(store: Arc<dyn Store>) {
@@ -114,7 +111,7 @@ async fn renewing_a_lease_keeps_the_claim_from_being_taken_over(store: Arc<dyn S
         "a renewed claim must still be held: {other:?}"
     );
     store
-        .complete(&holder, finished("1"))
+        .complete(&holder, done("1"))
         .await
         .expect("the holder completes");
 }

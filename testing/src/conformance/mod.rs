@@ -25,7 +25,7 @@
 //! use idempotent_tools_testing::conformance::{Scope, Suite};
 //! use idempotent_tools::{
 //!     MemoryStore,
-//!     store::{Claim, ClaimAnswer, ClaimRequest, Finished, Store, StoreFuture, StoreResult},
+//!     store::{Claim, ClaimAnswer, ClaimRequest, Completion, Store, StoreFuture, StoreResult},
 //! };
 //! use std::time::Duration;
 //!
@@ -36,7 +36,7 @@
 //!     fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> {
 //!         self.0.claim(req)
 //!     }
-//!     fn complete<'a>(&'a self, claim: &'a Claim, done: Finished) -> StoreFuture<'a, StoreResult<()>> {
+//!     fn complete<'a>(&'a self, claim: &'a Claim, done: Completion) -> StoreFuture<'a, StoreResult<()>> {
 //!         self.0.complete(claim, done)
 //!     }
 //!     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
@@ -187,7 +187,7 @@ impl<S: Store> Suite<S> {
     /// The store forgets a record when its retention runs out by itself
     /// (key expiry, as on Redis), so it needs no purge job and
     /// [`Records::purge_expired`] returns 0. The cases that purge are left out,
-    /// and one that waits for a finished record to vanish runs instead.
+    /// and one that waits for a completed record to vanish runs instead.
     pub fn retaining_by_expiry(mut self) -> Suite<S> {
         self.expiry = true;
         self

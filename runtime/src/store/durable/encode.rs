@@ -5,7 +5,6 @@ use std::time::Duration;
 #[cfg(feature = "sqlite")]
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::store::record::Ending;
 use crate::{
     store::records::RecordState,
     store::{StoreError, StoreResult},
@@ -80,18 +79,10 @@ pub(crate) fn fence_to(fence: u64) -> i64 {
     i64::try_from(fence).unwrap_or(i64::MAX)
 }
 
-/// A record's state from a row's `state` and `ending` columns.
-pub(crate) fn record_state(state: &str, ending: Option<&str>) -> StoreResult<RecordState> {
-    match (state, ending) {
-        ("held", _) => Ok(RecordState::Held),
-        ("done", Some(ending)) => Ending::parse(ending)
-            .map(RecordState::of_ending)
-            .ok_or_else(|| StoreError::Corrupt(format!("an unknown ending `{ending}`"))),
-        ("done", None) => Err(StoreError::Corrupt(
-            "a finished row without an ending".into(),
-        )),
-        (other, _) => Err(StoreError::Corrupt(format!("a row in state `{other}`"))),
-    }
+/// A record's state from a row's `state` column.
+pub(crate) fn record_state(state: &str) -> StoreResult<RecordState> {
+    RecordState::parse(state)
+        .ok_or_else(|| StoreError::Corrupt(format!("a row in state `{state}`")))
 }
 
 #[cfg(test)]

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::verdict::{self, Found, Verdict};
-use super::{Backend, Completion, Durable, Holder, encode};
+use super::{Backend, CompletionRow, Durable, Holder, encode};
 use crate::key::Key;
-use crate::store::record::Finished;
+use crate::store::record::Completion;
 use crate::{
     store::records::{Forget, Record, RecordCount, RecordPage, RecordQuery, Records},
     store::{Claim, ClaimAnswer, ClaimRequest, Store, StoreError, StoreFuture, StoreResult},
@@ -21,17 +21,17 @@ impl<D: Durable> Store for D {
     fn complete<'a>(
         &'a self,
         claim: &'a Claim,
-        finished: Finished,
+        completion: Completion,
     ) -> StoreFuture<'a, StoreResult<()>> {
         let backend = self.backend();
         StoreFuture::boxed(async move {
             // Refused before any I/O, so nothing is written that could not
             // be replayed as itself.
-            let json = finished.value.to_json()?.into_owned();
-            let done = Completion {
-                ending: finished.ending.as_str(),
+            let json = completion.value.to_json()?.into_owned();
+            let done = CompletionRow {
+                state: completion.state.as_str(),
                 json,
-                finished_at: finished.finished_at,
+                completed_at: completion.completed_at,
                 retention: claim.retention,
             };
             still_held(backend.complete(Holder::of(claim), done).await?)

@@ -99,13 +99,13 @@ impl Holder {
 
 /// A completion as a backend writes it: the result already checked to
 /// store as JSON.
-pub struct Completion {
-    /// The ending, as [`Ending::as_str`](crate::store::record::Ending::as_str).
-    pub ending: &'static str,
+pub struct CompletionRow {
+    /// The state, as [`RecordState::as_str`](crate::store::records::RecordState::as_str).
+    pub state: &'static str,
     /// The result as JSON text.
     pub json: String,
     /// When the action finished.
-    pub finished_at: SystemTime,
+    pub completed_at: SystemTime,
     /// How long the record is kept.
     pub retention: Duration,
 }
@@ -156,7 +156,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn complete(
         &self,
         holder: Holder,
-        done: Completion,
+        done: CompletionRow,
     ) -> impl Future<Output = StoreResult<u64>> + Send + '_;
 
     /// Deletes the claim `holder` holds; returns the rows changed.
@@ -178,7 +178,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// many.
     fn purge_some(&self) -> impl Future<Output = StoreResult<u64>> + Send + '_;
 
-    /// Removes a finished record or an expired claim, or anything if
+    /// Removes a completed record or an expired claim, or anything if
     /// `force`.
     fn forget(
         &self,

@@ -1,4 +1,4 @@
-//! The verdict on a row a claim found held or finished by someone else.
+//! The verdict on a row a claim found held or completed by someone else.
 //!
 //! The durable stores differ in how they reach the row; once a claim
 //! statement has returned someone else's row, they judge it alike, here, so
@@ -7,7 +7,8 @@
 use std::time::{Duration, SystemTime};
 
 use crate::outcome::ConflictReason;
-use crate::store::record::{Ending, Finished, Recorded};
+use crate::store::record::{Completion, RecordValue};
+use crate::store::records::RecordState;
 use crate::store::{ClaimAnswer, ClaimRequest, StoreError, StoreResult};
 
 /// What a claim step found: its own claim, or someone else's row.
@@ -23,7 +24,7 @@ pub enum Found {
     Other(Row),
 }
 
-/// A row that a claim found held or finished by someone else.
+/// A row that a claim found held or completed by someone else.
 pub struct Row {
     /// The full key text, checked against the request's key.
     pub key_text: String,
@@ -31,11 +32,11 @@ pub struct Row {
     pub tool: String,
     /// The arguments' fingerprint.
     pub fingerprint: Vec<u8>,
-    /// Held or finished.
+    /// Held or completed.
     pub state: RowState,
 }
 
-/// Whether a row is held or finished.
+/// Whether a row is held or completed.
 pub enum RowState {
     /// Another caller holds the claim.
     Held {
@@ -46,27 +47,27 @@ pub enum RowState {
         /// How long until its lease runs out (zero if it has).
         lease_left: Duration,
     },
-    /// The action finished.
-    Done {
-        /// How it ended, as [`Ending::as_str`] wrote it.
-        ending: String,
+    /// The claim was completed: done, failed or unknown.
+    Completed {
+        /// Its state, never `Held`.
+        state: RecordState,
         /// The recorded value, as JSON text.
         result: String,
         /// When it finished.
-        finished_at: SystemTime,
+        completed_at: SystemTime,
     },
 }
 
 impl RowState {
-    /// The state a row's columns spell: `held` with its holder, or `done`
-    /// with its record (a finished row must carry a result).
+    /// The state a row's columns spell: `held` with its holder, or a
+    /// completed state with its record (a completed row carries a result).
     pub(crate) fn read(
         state: &str,
         held: impl FnOnce() -> StoreResult<(u128, u64, Duration)>,
-        done: impl FnOnce() -> StoreResult<(Option<String>, Option<String>, SystemTime)>,
+        completed: impl FnOnce() -> StoreResult<(Option<String>, SystemTime)>,
     ) -> StoreResult<RowState> {
-        match state {
-            "held" => {
+        match RecordState::parse(state) {
+            Some(RecordState::Held) => {
                 let (owner, fence, lease_left) = held()?;
                 Ok(RowState::Held {
                     owner,
@@ -74,17 +75,17 @@ impl RowState {
                     lease_left,
                 })
             }
-            "done" => {
-                let (ending, result, finished_at) = done()?;
-                Ok(RowState::Done {
-                    ending: ending.unwrap_or_default(),
+            Some(state) => {
+                let (result, completed_at) = completed()?;
+                Ok(RowState::Completed {
+                    state,
                     result: result.ok_or_else(|| {
-                        StoreError::Corrupt("a finished row without a result".into())
+                        StoreError::Corrupt(format!("a {state} row without a result"))
                     })?,
-                    finished_at,
+                    completed_at,
                 })
             }
-            other => Err(StoreError::Corrupt(format!("a row in state `{other}`"))),
+            None => Err(StoreError::Corrupt(format!("a row in state `{state}`"))),
         }
     }
 }
@@ -104,7 +105,7 @@ pub(crate) enum Verdict {
     },
 }
 
-/// Judges a row held or finished by someone else, as the memory store does:
+/// Judges a row held or completed by someone else, as the memory store does:
 /// another tool is a conflict without a result; other arguments are a
 /// conflict (with the first result, once it finished well); the same request
 /// is a replay or waits.
@@ -138,22 +139,20 @@ pub(crate) fn judge(req: &ClaimRequest<'_>, row: Row) -> StoreResult<Verdict> {
             fence,
             lease_left,
         }),
-        RowState::Done {
-            ending,
+        RowState::Completed {
+            state,
             result,
-            finished_at,
+            completed_at,
         } => {
-            let ending = Ending::parse(&ending)
-                .ok_or_else(|| StoreError::Corrupt(format!("an unknown ending `{ending}`")))?;
-            let value = Recorded::from_json(result);
+            let value = RecordValue::from_json(result);
             if same_args {
-                Ok(Verdict::Answer(ClaimAnswer::Completed(Finished {
-                    ending,
+                Ok(Verdict::Answer(ClaimAnswer::Completed(Completion {
+                    state,
                     value,
-                    finished_at,
+                    completed_at,
                 })))
             } else {
-                Ok(conflict((ending == Ending::Ok).then_some(value)))
+                Ok(conflict((state == RecordState::Done).then_some(value)))
             }
         }
     }

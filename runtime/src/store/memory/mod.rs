@@ -24,7 +24,7 @@ use super::{
 };
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
-use crate::store::record::Finished;
+use crate::store::record::Completion;
 use crate::tool::ToolId;
 
 /// Sweeps run after this many new claims at the least.
@@ -41,7 +41,7 @@ pub const DEFAULT_SWEEP_EVERY: Duration = Duration::from_secs(60);
 /// - Waiters on an in-flight key are woken by a per-key `watch` channel,
 ///   created only when the first waiter arrives, so an uncontended call
 ///   allocates none.
-/// - Finished records expire after their retention. Expired records are
+/// - Completed records expire after their retention. Expired records are
 ///   swept as new keys arrive (each sweep is paid for by as many inserts as
 ///   there were records), so memory stays bounded under a stream of unique
 ///   keys, and by one sweeper task per store every [`DEFAULT_SWEEP_EVERY`],
@@ -95,7 +95,7 @@ struct Done {
     fence: u64,
     tool: ToolId,
     fingerprint: Fingerprint,
-    finished: Finished,
+    finished: Completion,
     expires_at: Instant,
 }
 
@@ -165,7 +165,7 @@ impl Store for MemoryStore {
     fn complete<'a>(
         &'a self,
         claim: &'a Claim,
-        finished: Finished,
+        finished: Completion,
     ) -> StoreFuture<'a, StoreResult<()>> {
         StoreFuture::ready(self.inner.complete_now(claim, finished))
     }
@@ -233,7 +233,7 @@ impl MemoryStore {
         key: &str,
         tool: &ToolId,
         fingerprint: Fingerprint,
-        replay: &mut dyn FnMut(&Finished),
+        replay: &mut dyn FnMut(&Completion),
     ) {
         self.inner.replay_now(key, tool, fingerprint, replay);
     }

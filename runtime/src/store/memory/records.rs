@@ -27,19 +27,19 @@ impl Inner {
                 owner: Some(held.owner),
                 lease_until: None,
                 result: None,
-                finished_at: None,
+                completed_at: None,
                 expires_at: None,
             },
             Slot::Done(done) => Record {
                 key: key.clone(),
                 tool: done.tool.clone(),
-                state: RecordState::of_ending(done.finished.ending),
+                state: done.finished.state,
                 fence: done.fence,
                 taken_over: false,
                 owner: None,
                 lease_until: None,
                 result: Some(done.finished.value.clone()),
-                finished_at: Some(done.finished.finished_at),
+                completed_at: Some(done.finished.completed_at),
                 expires_at: at(done.expires_at),
             },
         }
@@ -71,7 +71,7 @@ impl Inner {
         for entry in self.slots.iter() {
             let (tool, state) = match entry.value() {
                 Slot::Held(held) => (&held.tool, RecordState::Held),
-                Slot::Done(done) => (&done.tool, RecordState::of_ending(done.finished.ending)),
+                Slot::Done(done) => (&done.tool, done.finished.state),
             };
             *counts.entry((tool.clone(), state)).or_default() += 1;
         }

@@ -11,7 +11,8 @@ use super::{Done, Held, Inner, Slot};
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
 use crate::outcome::ConflictReason;
-use crate::store::record::{Ending, Finished};
+use crate::store::record::Completion;
+use crate::store::records::RecordState;
 use crate::tool::ToolId;
 use crate::{
     store::records::Forget,
@@ -47,7 +48,7 @@ impl Inner {
         key: &str,
         tool: &ToolId,
         fingerprint: Fingerprint,
-        replay: &mut dyn FnMut(&Finished),
+        replay: &mut dyn FnMut(&Completion),
     ) {
         let Some(slot) = self.slots.get(key) else {
             return;
@@ -85,7 +86,7 @@ impl Inner {
                     Slot::Done(done) if done.fingerprint != req.fingerprint => {
                         ClaimAnswer::Conflict {
                             reason: ConflictReason::Arguments,
-                            first: (done.finished.ending == Ending::Ok)
+                            first: (done.finished.state == RecordState::Done)
                                 .then(|| done.finished.value.clone()),
                         }
                     }
@@ -121,7 +122,7 @@ impl Inner {
         state
     }
 
-    pub(super) fn complete_now(&self, claim: &Claim, finished: Finished) -> StoreResult<()> {
+    pub(super) fn complete_now(&self, claim: &Claim, finished: Completion) -> StoreResult<()> {
         let Some(mut slot) = self.slots.get_mut(&claim.key) else {
             return Err(StoreError::LeaseLost);
         };
@@ -157,7 +158,7 @@ impl Inner {
         }
     }
 
-    /// Removes a finished record, or a held claim when forced. Here a held
+    /// Removes a completed record, or a held claim when forced. Here a held
     /// claim's lease is always live: its holder is in this process.
     pub(super) fn forget_now(&self, key: &Key, how: Forget) -> StoreResult<bool> {
         let force = how == Forget::Force;

@@ -7,7 +7,7 @@ use super::error::corrupt;
 use crate::key::Key;
 use crate::store::durable::encode::{self, fence_from, owner_from};
 use crate::store::durable::{Found, Row, RowState};
-use crate::store::record::Recorded;
+use crate::store::record::RecordValue;
 use crate::tool::ToolId;
 use crate::{
     store::StoreResult,
@@ -41,10 +41,9 @@ pub(super) fn read_claim(found: &tokio_postgres::Row) -> StoreResult<Option<Foun
         },
         || {
             Ok((
-                found.try_get("ending").map_err(corrupt)?,
                 found.try_get("result").map_err(corrupt)?,
                 found
-                    .try_get::<_, Option<SystemTime>>("finished_at")
+                    .try_get::<_, Option<SystemTime>>("completed_at")
                     .map_err(corrupt)?
                     .unwrap_or_else(SystemTime::now),
             ))
@@ -61,8 +60,7 @@ pub(super) fn read_claim(found: &tokio_postgres::Row) -> StoreResult<Option<Foun
 /// Reads a row in the columns of [`super::sql::LIST`].
 pub(super) fn read_record(found: &tokio_postgres::Row) -> StoreResult<Record> {
     let state: String = found.try_get("state").map_err(corrupt)?;
-    let ending: Option<String> = found.try_get("ending").map_err(corrupt)?;
-    let state = encode::record_state(&state, ending.as_deref())?;
+    let state = encode::record_state(&state)?;
     let owner = if state == RecordState::Held {
         Some(owner_from(found.try_get("owner").map_err(corrupt)?)?)
     } else {
@@ -79,8 +77,8 @@ pub(super) fn read_record(found: &tokio_postgres::Row) -> StoreResult<Record> {
         result: found
             .try_get::<_, Option<String>>("result")
             .map_err(corrupt)?
-            .map(Recorded::from_json),
-        finished_at: found.try_get("finished_at").map_err(corrupt)?,
+            .map(RecordValue::from_json),
+        completed_at: found.try_get("completed_at").map_err(corrupt)?,
         expires_at: Some(found.try_get("expires_at").map_err(corrupt)?),
     })
 }

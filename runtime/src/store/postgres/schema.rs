@@ -13,12 +13,19 @@ use crate::store::schema::{self, SCHEMA_VERSION};
 
 /// The schema [`PostgresStore::migrate`] applies, at [`SCHEMA_VERSION`],
 /// for a DBA to read or apply by hand.
-pub const POSTGRES_SCHEMA: &str = concat!(include_str!("v1.sql"), include_str!("v2.sql"));
+pub const POSTGRES_SCHEMA: &str = concat!(
+    include_str!("v1.sql"),
+    include_str!("v2.sql"),
+    include_str!("v3.sql")
+);
 
 /// The script of each schema version, in order: a database at version `n`
 /// gets the scripts after the `n`th.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] =
-    [include_str!("v1.sql"), include_str!("v2.sql")];
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
+    include_str!("v1.sql"),
+    include_str!("v2.sql"),
+    include_str!("v3.sql"),
+];
 
 impl PostgresStore {
     /// Brings the schema to [`SCHEMA_VERSION`] ([`POSTGRES_SCHEMA`]): it

@@ -60,7 +60,7 @@ pub(super) const CLAIM: Statement = Statement {
     sql: "\
 WITH existing AS (
     SELECT fence, taken_over, key_text, tool, fingerprint, state, owner,
-           lease_until, ending, result, finished_at, expires_at
+           lease_until, result, completed_at, expires_at
     FROM idempotent_claims
     WHERE key_digest = $1::bytea
 ),
@@ -76,13 +76,12 @@ taken AS (
         waiting = false,
         lease_until = now() + $6::bigint * interval '1 millisecond',
         expires_at = now() + ($6::bigint + $7::bigint) * interval '1 millisecond',
-        ending = NULL,
         result = NULL,
-        finished_at = NULL
+        completed_at = NULL
     WHERE c.key_digest = $1::bytea
       AND ((c.state = 'held' AND c.lease_until <= now()
             AND c.tool = $3::text AND c.fingerprint = $4::bytea)
-           OR (c.state = 'done' AND c.expires_at <= now()))
+           OR (c.state <> 'held' AND c.expires_at <= now()))
     RETURNING c.fence, c.taken_over
 ),
 inserted AS (
@@ -104,14 +103,14 @@ mine AS (
 SELECT true AS mine, fence, taken_over,
        NULL::text AS key_text, NULL::text AS tool, NULL::bytea AS fingerprint,
        NULL::text AS state, NULL::bytea AS owner, NULL::bigint AS lease_left_ms,
-       NULL::text AS ending, NULL::text AS result, NULL::timestamptz AS finished_at,
+       NULL::text AS result, NULL::timestamptz AS completed_at,
        false AS stale
 FROM mine
 UNION ALL
 SELECT false, fence, taken_over, key_text, tool, fingerprint, state, owner,
        GREATEST(0, CEIL(EXTRACT(EPOCH FROM (lease_until - now())) * 1000))::bigint,
-       ending, result, finished_at,
-       (state = 'done' AND expires_at <= now())
+       result, completed_at,
+       (state <> 'held' AND expires_at <= now())
          OR (state = 'held' AND lease_until <= now()
              AND tool = $3::text AND fingerprint = $4::bytea)
 FROM existing
@@ -128,14 +127,14 @@ WHERE NOT EXISTS (SELECT 1 FROM mine)",
 /// committing together. One row comes back per row completed, notified or
 /// not.
 ///
-/// `$1`-`$3` the holder, `$4` ending, `$5` result, `$6` finished at, `$7`
-/// retention, `$8` the [`NOTIFY_CHANNEL`].
+/// `$1`-`$3` the holder, `$4` state (done, failed or unknown), `$5` result,
+/// `$6` completed at, `$7` retention, `$8` the [`NOTIFY_CHANNEL`].
 pub(super) const COMPLETE: Statement = Statement {
     name: "complete",
     sql: "\
 WITH done AS (
     UPDATE idempotent_claims
-    SET state = 'done', ending = $4, result = $5, finished_at = $6, lease_until = NULL,
+    SET state = $4, result = $5, completed_at = $6, lease_until = NULL,
         expires_at = now() + $7::bigint * interval '1 millisecond'
     WHERE key_digest = $1 AND owner = $2 AND fence = $3
     RETURNING key_digest, waiting
@@ -154,7 +153,7 @@ WITH unflushed AS (
 ),
 done AS (
     UPDATE idempotent_claims
-    SET state = 'done', ending = $4, result = $5, finished_at = $6, lease_until = NULL,
+    SET state = $4, result = $5, completed_at = $6, lease_until = NULL,
         expires_at = now() + $7::bigint * interval '1 millisecond'
     WHERE key_digest = $1 AND owner = $2 AND fence = $3
     RETURNING key_digest, waiting
@@ -216,17 +215,17 @@ pub(super) const PURGE: Statement = Statement {
     sql: "\
 WITH batch AS (
     SELECT key_digest FROM idempotent_claims
-    WHERE expires_at <= now() AND (state = 'done' OR lease_until <= now())
+    WHERE expires_at <= now() AND (state <> 'held' OR lease_until <= now())
     ORDER BY expires_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 )
 DELETE FROM idempotent_claims c USING batch
 WHERE c.key_digest = batch.key_digest
-  AND c.expires_at <= now() AND (c.state = 'done' OR c.lease_until <= now())",
+  AND c.expires_at <= now() AND (c.state <> 'held' OR c.lease_until <= now())",
 };
 
-/// Removes a finished record or a claim whose lease ran out, or anything
+/// Removes a completed record or a claim whose lease ran out, or anything
 /// when `$2` (forced), waking the waiters of a removed claim. Says whether
 /// it removed a row, and if not, whether a live claim is left.
 /// `$3` is the [`NOTIFY_CHANNEL`].
@@ -235,7 +234,7 @@ pub(super) const FORGET: Statement = Statement {
     sql: "\
 WITH gone AS (
     DELETE FROM idempotent_claims
-    WHERE key_digest = $1 AND (state = 'done' OR lease_until <= now() OR $2::boolean)
+    WHERE key_digest = $1 AND (state <> 'held' OR lease_until <= now() OR $2::boolean)
     RETURNING key_digest, state
 ),
 woken AS (
@@ -247,42 +246,42 @@ SELECT (SELECT count(*) FROM gone) AS forgotten,
        EXISTS (SELECT 1 FROM idempotent_claims WHERE key_digest = $1 AND state = 'held') AS held",
 };
 
-/// One page of records. `$1`/`$2` the state and ending, `$3` the tool, `$4`
-/// the run (a prefix of the key), `$5` the age in milliseconds, `$6` the key
-/// to start after, `$7` the rows to return; a `NULL` matches anything. Keys
+/// One page of records. `$1` the state, `$2` the tool, `$3` the run (a
+/// prefix of the key), `$4` the age in milliseconds, `$5` the key to start
+/// after, `$6` the rows to return; a `NULL` matches anything. Keys
 /// sort byte by byte (`COLLATE "C"`), as in the other stores. Columns as
 /// [`super::rows::read_record`] reads them.
 pub(super) const LIST: Statement = Statement {
     name: "list",
     sql: "\
-SELECT key_text, tool, state, owner, fence, taken_over, lease_until, ending, result,
-       finished_at, expires_at
+SELECT key_text, tool, state, owner, fence, taken_over, lease_until, result,
+       completed_at, expires_at
 FROM idempotent_claims
-WHERE ($1::text IS NULL OR state = $1::text) AND ($2::text IS NULL OR ending = $2::text)
-  AND ($3::text IS NULL OR tool = $3::text)
-  AND ($4::text IS NULL OR left(key_text, length($4::text)) = $4::text)
-  AND ($5::bigint IS NULL
-       OR COALESCE(finished_at, lease_until) < now() - $5::bigint * interval '1 millisecond')
-  AND ($6::text IS NULL OR key_text COLLATE \"C\" > $6::text)
+WHERE ($1::text IS NULL OR state = $1::text)
+  AND ($2::text IS NULL OR tool = $2::text)
+  AND ($3::text IS NULL OR left(key_text, length($3::text)) = $3::text)
+  AND ($4::bigint IS NULL
+       OR COALESCE(completed_at, lease_until) < now() - $4::bigint * interval '1 millisecond')
+  AND ($5::text IS NULL OR key_text COLLATE \"C\" > $5::text)
 ORDER BY key_text COLLATE \"C\"
-LIMIT $7::bigint",
+LIMIT $6::bigint",
 };
 
 /// One key's record, in the columns of [`LIST`].
 pub(super) const INSPECT: Statement = Statement {
     name: "inspect",
     sql: "\
-SELECT key_text, tool, state, owner, fence, taken_over, lease_until, ending, result,
-       finished_at, expires_at
+SELECT key_text, tool, state, owner, fence, taken_over, lease_until, result,
+       completed_at, expires_at
 FROM idempotent_claims
 WHERE key_digest = $1",
 };
 
-/// Records by tool, state and ending.
+/// Records by tool and state.
 pub(super) const COUNT: Statement = Statement {
     name: "count",
     sql: "\
-SELECT tool, state, ending, count(*) AS n FROM idempotent_claims GROUP BY tool, state, ending",
+SELECT tool, state, count(*) AS n FROM idempotent_claims GROUP BY tool, state",
 };
 
 /// `LISTEN` on a channel, for the listening session.

@@ -14,7 +14,7 @@ use super::rows::{read_claim, read_record};
 use super::sql::{self, Statement};
 use super::wait::{Subscription, wait_on};
 use crate::key::Key;
-use crate::store::durable::{Backend, Completion, Forgotten, Found, Holder, encode};
+use crate::store::durable::{Backend, CompletionRow, Forgotten, Found, Holder, encode};
 use crate::tool::ToolId;
 use crate::{
     store::records::{Record, RecordCount, RecordQuery, RecordState},
@@ -148,7 +148,7 @@ impl Backend for Inner {
         self.lease_left(sql::HELD_BY, holder).await
     }
 
-    async fn complete(&self, holder: Holder, done: Completion) -> StoreResult<u64> {
+    async fn complete(&self, holder: Holder, done: CompletionRow) -> StoreResult<u64> {
         let statement = if self.asynchronous_completions {
             sql::COMPLETE_ASYNC
         } else {
@@ -159,9 +159,9 @@ impl Backend for Inner {
             &holder.digest.as_slice(),
             &owner.as_slice(),
             &holder.fence_column(),
-            &done.ending,
+            &done.state,
             &done.json.as_str(),
-            &done.finished_at,
+            &done.completed_at,
             &encode::millis(done.retention),
             &NOTIFY_CHANNEL,
         ];
@@ -219,18 +219,10 @@ impl Backend for Inner {
     }
 
     async fn list<'a>(&'a self, query: &'a RecordQuery, limit: i64) -> StoreResult<Vec<Record>> {
-        let (state, ending) = query.state.map(RecordState::columns).unzip();
-        let ending = ending.flatten();
+        let state = query.state.map(RecordState::as_str);
         let age = query.older_than.map(encode::millis);
-        let params: [&(dyn ToSql + Sync); 7] = [
-            &state,
-            &ending,
-            &query.tool,
-            &query.run,
-            &age,
-            &query.after,
-            &limit,
-        ];
+        let params: [&(dyn ToSql + Sync); 6] =
+            [&state, &query.tool, &query.run, &age, &query.after, &limit];
         let rows = self.query(sql::LIST, &params).await?;
         rows.iter().map(read_record).collect()
     }
@@ -247,11 +239,10 @@ impl Backend for Inner {
             .map(|found| {
                 let tool: String = found.try_get("tool").map_err(corrupt)?;
                 let state: String = found.try_get("state").map_err(corrupt)?;
-                let ending: Option<String> = found.try_get("ending").map_err(corrupt)?;
                 let n: i64 = found.try_get("n").map_err(corrupt)?;
                 Ok(RecordCount::new(
                     ToolId::owned(tool),
-                    encode::record_state(&state, ending.as_deref())?,
+                    encode::record_state(&state)?,
                     u64::try_from(n).unwrap_or(0),
                 ))
             })

@@ -3,21 +3,28 @@
 -- caller listens for wake-ups). Returns one of:
 --   {'claimed', fence, taken_over}   the caller holds the claim
 --   {'inflight', lease_left_ms}      held by another caller for the same request
---   {'done', ending, result, finished_at_ms}
+--   {'completed', state, result, completed_at_ms}  state: done, failed, unknown
 --   {'conflict_tool'}                another tool used the key
 --   {'conflict_args', first_or_false} other arguments used the key
 --   {'collision', stored_key}        another key shares the digest
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local r = redis.call('HMGET', KEYS[1], 'key', 'tool', 'fingerprint', 'state', 'fence',
-    'lease_until', 'ending', 'result', 'finished_at', 'owner', 'taken_over')
+    'lease_until', 'ending', 'result', 'completed_at', 'owner', 'taken_over', 'finished_at')
+-- A record written before the state had one word per value: state 'done',
+-- how it ended in 'ending', and its time in 'finished_at'.
+if r[4] == 'done' and r[7] then
+    local legacy = {ok = 'done', err = 'failed', unknown = 'unknown'}
+    r[4] = legacy[r[7]] or 'unknown'
+    r[9] = r[9] or r[12]
+end
 
 local function hold(fence, taken_over)
     local lease_until = now + tonumber(ARGV[5])
     redis.call('HSET', KEYS[1], 'key', ARGV[1], 'tool', ARGV[2], 'fingerprint', ARGV[3],
         'state', 'held', 'owner', ARGV[4], 'fence', fence, 'taken_over', taken_over,
         'lease_until', string.format('%.0f', lease_until))
-    redis.call('HDEL', KEYS[1], 'ending', 'result', 'finished_at', 'waiting')
+    redis.call('HDEL', KEYS[1], 'ending', 'result', 'completed_at', 'finished_at', 'waiting')
     redis.call('PEXPIREAT', KEYS[1], string.format('%.0f', lease_until + tonumber(ARGV[6])))
     return {'claimed', fence, taken_over}
 end
@@ -51,9 +58,9 @@ if r[4] == 'held' then
     return {'inflight', string.format('%.0f', left)}
 end
 if not same then
-    if r[7] == 'ok' then
+    if r[4] == 'done' then
         return {'conflict_args', r[8]}
     end
     return {'conflict_args', false}
 end
-return {'done', r[7], r[8], r[9]}
+return {'completed', r[4], r[8], r[9]}

@@ -1,5 +1,6 @@
--- Records a finished action under the claim of this owner at this fence.
--- KEYS[1]: the record. ARGV: owner, fence, ending, result, finished_at ms,
+-- Completes the claim of this owner at this fence with its record.
+-- KEYS[1]: the record. ARGV: owner, fence, state (done, failed or unknown),
+-- result, completed_at ms,
 -- retention ms, wake channel, key digest. Completing again with the same
 -- owner and fence writes the same record (a retry after a lost reply).
 -- Returns 0 if the claim is lost, 1 if recorded, 2 if recorded and a
@@ -10,9 +11,8 @@ if r[1] ~= ARGV[1] or r[2] ~= ARGV[2] then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('HSET', KEYS[1], 'state', 'done', 'ending', ARGV[3], 'result', ARGV[4],
-    'finished_at', ARGV[5])
-redis.call('HDEL', KEYS[1], 'lease_until', 'waiting')
+redis.call('HSET', KEYS[1], 'state', ARGV[3], 'result', ARGV[4], 'completed_at', ARGV[5])
+redis.call('HDEL', KEYS[1], 'lease_until', 'waiting', 'ending', 'finished_at')
 redis.call('PEXPIREAT', KEYS[1], string.format('%.0f', now + tonumber(ARGV[6])))
 if r[3] == '1' then
     redis.call('PUBLISH', ARGV[7], ARGV[8])

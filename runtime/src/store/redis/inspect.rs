@@ -15,7 +15,7 @@ use super::error::{corrupt, redis_error};
 use super::scripts::{MAX_RELOADS, SCRIPTS};
 use super::steps::parse;
 use crate::key::Key;
-use crate::store::record::{Ending, Recorded};
+use crate::store::record::RecordValue;
 use crate::tool::ToolId;
 use crate::{
     store::records::{Record, RecordCount, RecordPage, RecordQuery, RecordState},
@@ -149,12 +149,12 @@ fn decode(reply: Value) -> StoreResult<Option<(Record, SystemTime)>> {
         return Ok(None);
     };
     let tool = field(3).ok_or_else(|| corrupt("read", "a record without a tool"))?;
-    let state = match (field(4).as_deref(), field(9)) {
-        (Some("held"), _) => RecordState::Held,
-        (Some("done"), Some(ending)) => Ending::parse(&ending)
-            .map(RecordState::of_ending)
-            .ok_or_else(|| StoreError::Corrupt(format!("an unknown ending `{ending}`")))?,
-        (other, _) => return Err(corrupt("read", format_args!("a record in state {other:?}"))),
+    let state = match field(4).as_deref().and_then(RecordState::parse) {
+        Some(state) => state,
+        None => {
+            let other = field(4);
+            return Err(corrupt("read", format_args!("a record in state {other:?}")));
+        }
     };
     let held = state == RecordState::Held;
     let owner = match field(5).filter(|_| held) {
@@ -178,9 +178,9 @@ fn decode(reply: Value) -> StoreResult<Option<(Record, SystemTime)>> {
             Some(ms) => Some(at(parse(Some(ms), "read", "lease")?)),
             None => None,
         },
-        result: field(10).map(Recorded::from_json),
-        finished_at: match field(11) {
-            Some(ms) => Some(at(parse(Some(ms), "read", "finished_at")?)),
+        result: field(10).map(RecordValue::from_json),
+        completed_at: match field(11) {
+            Some(ms) => Some(at(parse(Some(ms), "read", "completed_at")?)),
             None => None,
         },
         expires_at: u64::try_from(ttl)

@@ -33,7 +33,7 @@
 //! from an earlier life of the key never matches.
 //!
 //! Records are kept by key expiry (`PEXPIREAT`): a held claim expires its
-//! retention after its lease, a finished record its retention after
+//! retention after its lease, a completed record its retention after
 //! finishing. No purge job is needed, and
 //! [`Records::purge_expired`] removes nothing and
 //! returns 0.
@@ -58,7 +58,7 @@ use super::{
     Records, Store, StoreFuture, StoreResult,
 };
 use crate::key::Key;
-use crate::store::record::Finished;
+use crate::store::record::Completion;
 
 pub use builder::RedisStoreBuilder;
 /// The redis-rs crate this store is built on.
@@ -233,7 +233,7 @@ impl Store for RedisStore {
     fn complete<'a>(
         &'a self,
         claim: &'a Claim,
-        finished: Finished,
+        finished: Completion,
     ) -> StoreFuture<'a, StoreResult<()>> {
         StoreFuture::boxed(self.inner.complete(claim, finished))
     }

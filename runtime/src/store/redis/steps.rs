@@ -17,7 +17,8 @@ use super::scripts::{MAX_RELOADS, SCRIPTS, Script};
 use super::{Inner, RECHECK_EVERY};
 use crate::key::Key;
 use crate::outcome::ConflictReason;
-use crate::store::record::{Ending, Finished, Recorded};
+use crate::store::record::{Completion, RecordValue};
+use crate::store::records::RecordState;
 use crate::{
     store::records::Forget,
     store::{Claim, ClaimAnswer, ClaimRequest, StoreError, StoreResult, Wait},
@@ -201,19 +202,20 @@ impl Inner {
                 let nap = (left + LEASE_MARGIN).min(if up { RECHECK_EVERY } else { DEAF_RECHECK });
                 Ok(ClaimAnswer::InFlight(wait_on(woken, nap)))
             }
-            "done" => {
-                let ending = field(1).unwrap_or_default();
-                let ending = Ending::parse(&ending)
-                    .ok_or_else(|| StoreError::Corrupt(format!("an unknown ending `{ending}`")))?;
+            "completed" => {
+                let state = field(1).unwrap_or_default();
+                let state = RecordState::parse(&state)
+                    .filter(|state| *state != RecordState::Held)
+                    .ok_or_else(|| StoreError::Corrupt(format!("a completed state `{state}`")))?;
                 let value = field(2).ok_or_else(|| {
-                    StoreError::Corrupt("a finished record without a result".into())
+                    StoreError::Corrupt(format!("a {state} record without a result"))
                 })?;
-                let finished_at =
-                    UNIX_EPOCH + Duration::from_millis(parse(field(3), "claim", "finished_at")?);
-                Ok(ClaimAnswer::Completed(Finished {
-                    ending,
-                    value: Recorded::from_json(value),
-                    finished_at,
+                let completed_at =
+                    UNIX_EPOCH + Duration::from_millis(parse(field(3), "claim", "completed_at")?);
+                Ok(ClaimAnswer::Completed(Completion {
+                    state,
+                    value: RecordValue::from_json(value),
+                    completed_at,
                 }))
             }
             "conflict_tool" => Ok(ClaimAnswer::Conflict {
@@ -222,7 +224,7 @@ impl Inner {
             }),
             "conflict_args" => Ok(ClaimAnswer::Conflict {
                 reason: ConflictReason::Arguments,
-                first: field(1).map(Recorded::from_json),
+                first: field(1).map(RecordValue::from_json),
             }),
             "collision" => Err(StoreError::Corrupt(format!(
                 "key `{}` shares its digest with the stored key `{}`",
@@ -233,20 +235,20 @@ impl Inner {
         }
     }
 
-    pub(super) async fn complete(&self, claim: &Claim, finished: Finished) -> StoreResult<()> {
+    pub(super) async fn complete(&self, claim: &Claim, finished: Completion) -> StoreResult<()> {
         let json = finished.value.to_json()?;
         let digest = claim.key.digest();
         let owner = format!("{:032x}", claim.owner);
         let fence = claim.fence.to_string();
-        let finished_at = unix_millis(finished.finished_at).to_string();
+        let completed_at = unix_millis(finished.completed_at).to_string();
         let retention = millis(claim.retention).to_string();
         let digest_hex = hex::encode(digest);
         let args = [
             owner.as_str(),
             &fence,
-            finished.ending.as_str(),
+            finished.state.as_str(),
             &json,
-            &finished_at,
+            &completed_at,
             &retention,
             &self.channel,
             &digest_hex,

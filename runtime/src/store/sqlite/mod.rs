@@ -34,7 +34,11 @@ pub use rusqlite;
 
 /// The schema [`SqliteStore::open`] applies, at [`SCHEMA_VERSION`], for
 /// reading or applying by hand.
-pub const SQLITE_SCHEMA: &str = concat!(include_str!("v1.sql"), include_str!("v2.sql"));
+pub const SQLITE_SCHEMA: &str = concat!(
+    include_str!("v1.sql"),
+    include_str!("v2.sql"),
+    include_str!("v3.sql")
+);
 
 /// How long a statement waits for another process's write lock before the
 /// store reports itself [unavailable](StoreError::Unavailable).
@@ -55,7 +59,7 @@ pub const DEFAULT_PURGE_BATCH: usize = 1000;
 /// and its [schema](SQLITE_SCHEMA).
 ///
 /// - **One trip per step.** A claim is one trip to SQLite. A replay is
-///   answered by a read of the finished row, which takes no write lock and
+///   answered by a read of the completed row, which takes no write lock and
 ///   costs no disk sync. Otherwise the claim is one `INSERT .. ON CONFLICT
 ///   DO UPDATE .. RETURNING`: it inserts, takes over an expired row, or
 ///   leaves the row as it is, and returns the row in every case, so the
@@ -127,7 +131,7 @@ impl SqliteStore {
     /// How many trips this store has made to SQLite (each one unit of work
     /// on the blocking pool): one per claim, completion, release, renewal and
     /// wait poll, one per purge batch. A claim's trip runs a read, and the
-    /// upsert only when the read found no finished record. For measuring, and
+    /// upsert only when the read found no completed record. For measuring, and
     /// for tests that count round trips.
     pub fn statements(&self) -> u64 {
         self.inner.statements.load(Ordering::Relaxed)

@@ -21,8 +21,11 @@ use crate::store::{StoreError, StoreResult};
 
 /// The script of each schema version, in order: a file at version `n` gets
 /// the scripts after the `n`th.
-pub(super) const MIGRATIONS: [&str; SCHEMA_VERSION as usize] =
-    [include_str!("v1.sql"), include_str!("v2.sql")];
+pub(super) const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
+    include_str!("v1.sql"),
+    include_str!("v2.sql"),
+    include_str!("v3.sql"),
+];
 
 /// Settings for a [`SqliteStore`]; every one has a default.
 ///

@@ -4,7 +4,7 @@
 use crate::key::Key;
 use crate::store::durable::encode::{self, fence_from, from_unix_millis, owner_from};
 use crate::store::durable::{Found, Row, RowState};
-use crate::store::record::Recorded;
+use crate::store::record::RecordValue;
 use crate::tool::ToolId;
 use crate::{
     store::StoreResult,
@@ -21,9 +21,8 @@ pub(super) struct Returned {
     fence: i64,
     taken_over: bool,
     lease_until: Option<i64>,
-    ending: Option<String>,
     result: Option<String>,
-    finished_at: Option<i64>,
+    completed_at: Option<i64>,
 }
 
 pub(super) fn read_returned(r: &rusqlite::Row<'_>) -> rusqlite::Result<Returned> {
@@ -36,9 +35,8 @@ pub(super) fn read_returned(r: &rusqlite::Row<'_>) -> rusqlite::Result<Returned>
         fence: r.get(5)?,
         taken_over: r.get::<_, i64>(6)? != 0,
         lease_until: r.get(7)?,
-        ending: r.get(8)?,
-        result: r.get(9)?,
-        finished_at: r.get(10)?,
+        result: r.get(8)?,
+        completed_at: r.get(9)?,
     })
 }
 
@@ -54,7 +52,7 @@ impl Returned {
                 taken_over: self.taken_over,
             });
         }
-        let (ending, result, finished_at) = (self.ending, self.result, self.finished_at);
+        let (result, completed_at) = (self.result, self.completed_at);
         let lease_until = self.lease_until;
         let state = RowState::read(
             &self.state,
@@ -62,7 +60,7 @@ impl Returned {
                 let left = lease_until.unwrap_or(now).saturating_sub(now);
                 Ok((holder, fence, encode::from_millis(left)))
             },
-            || Ok((ending, result, from_unix_millis(finished_at.unwrap_or(now)))),
+            || Ok((result, from_unix_millis(completed_at.unwrap_or(now)))),
         )?;
         Ok(Found::Other(Row {
             key_text: self.key_text,
@@ -82,9 +80,8 @@ pub(super) struct RawRecord {
     fence: i64,
     taken_over: bool,
     lease_until: Option<i64>,
-    ending: Option<String>,
     result: Option<String>,
-    finished_at: Option<i64>,
+    completed_at: Option<i64>,
     expires_at: i64,
 }
 
@@ -97,16 +94,15 @@ pub(super) fn read_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRecord> 
         fence: r.get(4)?,
         taken_over: r.get::<_, i64>(5)? != 0,
         lease_until: r.get(6)?,
-        ending: r.get(7)?,
-        result: r.get(8)?,
-        finished_at: r.get(9)?,
-        expires_at: r.get(10)?,
+        result: r.get(7)?,
+        completed_at: r.get(8)?,
+        expires_at: r.get(9)?,
     })
 }
 
 impl RawRecord {
     pub(super) fn into_record(self) -> StoreResult<Record> {
-        let state = encode::record_state(&self.state, self.ending.as_deref())?;
+        let state = encode::record_state(&self.state)?;
         let held = state == RecordState::Held;
         Ok(Record {
             key: Key::from_recorded(&self.key_text),
@@ -120,8 +116,8 @@ impl RawRecord {
                 None
             },
             lease_until: self.lease_until.map(from_unix_millis),
-            result: self.result.map(Recorded::from_json),
-            finished_at: self.finished_at.map(from_unix_millis),
+            result: self.result.map(RecordValue::from_json),
+            completed_at: self.completed_at.map(from_unix_millis),
             expires_at: Some(from_unix_millis(self.expires_at)),
         })
     }

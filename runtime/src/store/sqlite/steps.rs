@@ -15,7 +15,7 @@ use super::rows::{RawRecord, read_record, read_returned};
 use super::sql;
 use crate::key::Key;
 use crate::store::durable::wait::{self, Backoff, Wakeup};
-use crate::store::durable::{Backend, Completion, Forgotten, Found, Holder, encode};
+use crate::store::durable::{Backend, CompletionRow, Forgotten, Found, Holder, encode};
 use crate::tool::ToolId;
 use crate::{
     store::records::{Record, RecordCount, RecordQuery, RecordState},
@@ -105,11 +105,11 @@ impl Backend for Inner {
         let (returned, now) = self
             .run(move |conn| {
                 let now = now_millis();
-                // A finished record stays finished until it expires, so a
+                // A completed record stays finished until it expires, so a
                 // read may answer a replay; it takes no write lock and costs
                 // no disk sync. Anything else goes to the atomic claim.
                 let finished = conn
-                    .prepare_cached(sql::PEEK_FINISHED)?
+                    .prepare_cached(sql::PEEK_COMPLETED)?
                     .query_row(params![digest.as_slice(), now], read_returned)
                     .optional()?;
                 let returned = match finished {
@@ -163,10 +163,10 @@ impl Backend for Inner {
             .map(|until| encode::from_millis(until - now)))
     }
 
-    async fn complete(&self, holder: Holder, done: Completion) -> StoreResult<u64> {
+    async fn complete(&self, holder: Holder, done: CompletionRow) -> StoreResult<u64> {
         let Holder { digest, .. } = holder;
         let (owner, fence) = (holder.owner_bytes(), holder.fence_column());
-        let finished_at = encode::unix_millis(done.finished_at);
+        let completed_at = encode::unix_millis(done.completed_at);
         let retention = encode::millis(done.retention);
         let changed = self
             .run(move |conn| {
@@ -174,9 +174,9 @@ impl Backend for Inner {
                     digest.as_slice(),
                     owner.as_slice(),
                     fence,
-                    done.ending,
+                    done.state,
                     done.json,
-                    finished_at,
+                    completed_at,
                     now_millis(),
                     retention
                 ])
@@ -270,8 +270,7 @@ impl Backend for Inner {
     }
 
     async fn list<'a>(&'a self, query: &'a RecordQuery, limit: i64) -> StoreResult<Vec<Record>> {
-        let (state, ending) = query.state.map(RecordState::columns).unzip();
-        let ending = ending.flatten();
+        let state = query.state.map(RecordState::as_str);
         let tool = query.tool.clone();
         let run = query.run.clone();
         let before = query
@@ -281,10 +280,7 @@ impl Backend for Inner {
         let raw = self
             .run(move |conn| {
                 conn.prepare_cached(sql::LIST)?
-                    .query_map(
-                        params![state, ending, tool, run, before, after, limit],
-                        read_record,
-                    )?
+                    .query_map(params![state, tool, run, before, after, limit], read_record)?
                     .collect::<rusqlite::Result<Vec<RawRecord>>>()
             })
             .await?;
@@ -311,18 +307,17 @@ impl Backend for Inner {
                         Ok((
                             r.get::<_, String>(0)?,
                             r.get::<_, String>(1)?,
-                            r.get::<_, Option<String>>(2)?,
-                            r.get::<_, i64>(3)?,
+                            r.get::<_, i64>(2)?,
                         ))
                     })?
                     .collect::<rusqlite::Result<Vec<_>>>()
             })
             .await?;
         rows.into_iter()
-            .map(|(tool, state, ending, count)| {
+            .map(|(tool, state, count)| {
                 Ok(RecordCount::new(
                     ToolId::owned(tool),
-                    encode::record_state(&state, ending.as_deref())?,
+                    encode::record_state(&state)?,
                     u64::try_from(count).unwrap_or(0),
                 ))
             })

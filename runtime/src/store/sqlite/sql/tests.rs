@@ -6,7 +6,7 @@ use super::*;
 
 const STATEMENTS: [(&str, &str); 14] = [
     ("claim", CLAIM),
-    ("peek finished", PEEK_FINISHED),
+    ("peek completed", PEEK_COMPLETED),
     ("complete", COMPLETE),
     ("release", RELEASE),
     ("renew", RENEW),
