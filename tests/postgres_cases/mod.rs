@@ -1,7 +1,8 @@
 //! What only the Postgres store does: asynchronous completions and its
 //! latency figure here; round trips counted on the wire in [`round_trips`],
 //! LISTEN/NOTIFY in [`notify`], schema versions and migrations in
-//! [`schema`], a server that is down or refuses in [`errors`].
+//! [`schema`], a server that is down or refuses in [`errors`], a server
+//! that goes away and comes back in [`outage`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +17,7 @@ use crate::{Schema, URL};
 
 mod errors;
 mod notify;
+mod outage;
 mod round_trips;
 mod schema;
 
@@ -38,6 +40,7 @@ pub fn trials() -> Vec<Trial> {
         schema::a_schema_missing_is_not_created_by_check_schema,
         errors::a_server_error_names_the_statement_its_sqlstate_and_the_servers_message,
         errors::a_lock_timeout_is_unavailable_and_the_call_acts_once_the_lock_is_gone,
+        outage::a_call_made_while_the_server_is_away_goes_through_once_it_is_back,
     ));
     trials.extend(crate::trials!(always;
         errors::a_server_that_is_down_is_unavailable_and_nothing_runs,

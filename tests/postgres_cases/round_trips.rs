@@ -95,7 +95,8 @@ async fn relay(client: TcpStream, server: TcpStream, count: Arc<AtomicU64>) {
     }
 }
 
-fn upstream(config: &Config) -> SocketAddr {
+/// The server's address, as the config names it.
+pub(super) fn upstream(config: &Config) -> SocketAddr {
     let host = match config.get_hosts().first() {
         Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
         _ => "127.0.0.1".to_owned(),

@@ -4,6 +4,22 @@
 use super::{Forget, Store};
 
 /// A store's failure.
+///
+/// What each store does with its own errors, and what the guard then does:
+///
+/// | What happened | SQLite | Postgres | Redis | The guard |
+/// |---|---|---|---|---|
+/// | the connection broke: a restart, a failover, a session ended, a dropped socket | (a file) | tried again on another connection for `reconnect_within` | tried again as the connection comes back, for `reconnect_within` | sees the step succeed |
+/// | still away after that, or never reached | | `Unavailable` | `Unavailable` | a claim: the action does not run; a completion or release: tried again while the lease holds, then [`Error::NotRecorded`](crate::Error::NotRecorded) |
+/// | another writer holds the lock: busy, a lock timeout, a serialization failure, a deadlock | waits `busy_timeout`, then `Unavailable` | `Unavailable` (55P03, 40001, 40P01) | (none: one script at a time) | as above |
+/// | a replica missed a write (`wait_for_replicas`) | | | `Unavailable`, the claim released first | as above |
+/// | the holder's claim was taken over | `LeaseLost` | `LeaseLost` | `LeaseLost` | the action ran, its result is not kept: [`Error::LeaseLost`](crate::Error::LeaseLost) |
+/// | anything else the server refuses | `Backend` | `Backend`, naming the statement and SQLSTATE | `Backend` | a claim: the action does not run |
+///
+/// The store suites cover each row against a real server: a Redis server
+/// killed and restarted, a Postgres server cut off by a proxy and let back,
+/// a Postgres table locked past `lock_timeout`, a SQLite file locked past
+/// its `busy_timeout`.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {

@@ -42,6 +42,8 @@ pub(crate) mod sqlite_store;
 pub use crate::store::record::{Completion, RecordValue};
 pub use claim::{Claim, ClaimAnswer, ClaimRequest, Wait};
 pub use default::{IntoStore, default_store};
+#[cfg(any(feature = "postgres", feature = "redis"))]
+pub use durable::reconnect::DEFAULT_RECONNECT_WITHIN;
 pub use error::{StoreError, StoreResult};
 pub use future::StoreFuture;
 pub(crate) use memory_store::MemoryStore;
@@ -80,9 +82,7 @@ pub mod postgres {
 /// [`RedisStore`](crate::RedisStore).
 #[cfg(feature = "redis")]
 pub mod redis {
-    pub use super::redis_store::{
-        DEFAULT_PREFIX, DEFAULT_RECONNECT_WITHIN, RECHECK_EVERY, RedisStoreBuilder, redis,
-    };
+    pub use super::redis_store::{DEFAULT_PREFIX, RECHECK_EVERY, RedisStoreBuilder, redis};
 }
 
 use std::any::Any;

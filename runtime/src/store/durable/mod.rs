@@ -54,6 +54,8 @@ use crate::{
 
 pub(crate) mod encode;
 mod forward;
+#[cfg(any(feature = "postgres", feature = "redis"))]
+pub(crate) mod reconnect;
 pub(crate) mod verdict;
 pub(crate) mod wait;
 #[cfg(any(feature = "postgres", feature = "redis"))]

@@ -14,6 +14,7 @@ use super::error::pool_error;
 use super::listener::{Listener, SessionFn, listen};
 use super::steps::Inner;
 use super::{DEFAULT_PURGE_BATCH, LISTENER_NAME, PostgresStore};
+use crate::store::durable::reconnect::DEFAULT_RECONNECT_WITHIN;
 use crate::store::{StoreError, StoreResult};
 
 /// How a [`PostgresStore`] is set up; every setting has a default. Start
@@ -55,6 +56,7 @@ pub struct PostgresStoreBuilder {
     listen: Listen,
     purge_batch: usize,
     asynchronous_completions: bool,
+    reconnect_within: Duration,
 }
 
 /// Where the store's connections come from.
@@ -97,6 +99,7 @@ impl PostgresStoreBuilder {
             listen: Listen::Own,
             purge_batch: DEFAULT_PURGE_BATCH,
             asynchronous_completions: false,
+            reconnect_within: DEFAULT_RECONNECT_WITHIN,
         }
     }
 
@@ -159,6 +162,19 @@ impl PostgresStoreBuilder {
         self
     }
 
+    /// How long a step keeps trying when its connection breaks (the server
+    /// restarted or shut down, an administrator ended the session, the
+    /// network dropped it) before it reports the store
+    /// [unavailable](StoreError::Unavailable); default
+    /// [`DEFAULT_RECONNECT_WITHIN`](crate::store::DEFAULT_RECONNECT_WITHIN).
+    /// Each try takes a connection from the pool anew. Every step is safe to
+    /// repeat: a claim whose reply was lost finds the claim its own by its
+    /// holder token, and a completion, release or renewal is fenced.
+    pub fn reconnect_within(mut self, budget: Duration) -> PostgresStoreBuilder {
+        self.reconnect_within = budget;
+        self
+    }
+
     /// Builds the store and checks that the server answers, and starts
     /// listening for completions.
     ///
@@ -207,6 +223,7 @@ impl PostgresStoreBuilder {
                 statements: AtomicU64::new(0),
                 purge_batch: self.purge_batch,
                 asynchronous_completions: self.asynchronous_completions,
+                reconnect_within: self.reconnect_within,
             }),
         })
     }

@@ -82,3 +82,54 @@ pub(super) fn pool_error(err: PoolError) -> StoreError {
         other => StoreError::Unavailable(Box::new(other)),
     }
 }
+
+/// A statement's try that failed: at the pool or on the connection.
+pub(super) enum Broken {
+    Pool(PoolError),
+    Statement(tokio_postgres::Error),
+}
+
+impl From<tokio_postgres::Error> for Broken {
+    fn from(err: tokio_postgres::Error) -> Broken {
+        Broken::Statement(err)
+    }
+}
+
+impl Broken {
+    pub(super) fn pool(err: PoolError) -> Broken {
+        Broken::Pool(err)
+    }
+
+    /// Whether the connection broke rather than the statement failing: it
+    /// was closed, could not be made, or the server is shutting down or
+    /// starting up. Trying again on another connection may work.
+    pub(super) fn is_broken(&self) -> bool {
+        match self {
+            Broken::Pool(PoolError::Backend(err)) | Broken::Statement(err) => is_broken(err),
+            Broken::Pool(PoolError::Timeout(_)) => true,
+            Broken::Pool(_) => false,
+        }
+    }
+
+    pub(super) fn into_store_error(self, statement: &'static str) -> StoreError {
+        match self {
+            Broken::Pool(err) => pool_error(err),
+            Broken::Statement(err) => pg_error(statement)(err),
+        }
+    }
+}
+
+/// A closed connection, an I/O error, or a server that is shutting down,
+/// crashed or not yet accepting connections.
+fn is_broken(err: &tokio_postgres::Error) -> bool {
+    match err.as_db_error() {
+        None => true,
+        Some(db) => {
+            let code = db.code();
+            code == &SqlState::ADMIN_SHUTDOWN
+                || code == &SqlState::CRASH_SHUTDOWN
+                || code == &SqlState::CANNOT_CONNECT_NOW
+                || code.code().starts_with("08")
+        }
+    }
+}

@@ -83,6 +83,17 @@ pub const RECHECK_EVERY: Duration = Duration::from_secs(2);
 ///   completion after the mark is never missed; a waiter also looks again
 ///   when the holder's lease would run out, and at least every
 ///   [`RECHECK_EVERY`].
+/// - **Restarts and failovers.** A statement whose connection broke (the
+///   server restarted or shut down, an administrator ended the session, the
+///   network dropped it) runs again on another connection from the pool,
+///   pacing itself, for up to
+///   [`reconnect_within`](PostgresStoreBuilder::reconnect_within). Trying
+///   again never acts twice: a claim whose reply was lost finds the row its
+///   own by its owner token, and the other steps are fenced. A statement
+///   that gave way to another (a lock timeout, a serialization failure, a
+///   deadlock) changed nothing and is reported
+///   [unavailable](StoreError::Unavailable), as is a server still away when
+///   the budget runs out.
 ///
 /// Compiled here, not run: the test suite runs the same steps against a real
 /// server.

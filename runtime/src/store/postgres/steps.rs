@@ -8,12 +8,13 @@ use deadpool_postgres::Pool;
 use tokio_postgres::types::ToSql;
 
 use super::NOTIFY_CHANNEL;
-use super::error::{corrupt, pg_error, pool_error};
+use super::error::{Broken, corrupt};
 use super::listener::Listener;
 use super::rows::{read_claim, read_record};
 use super::sql::{self, Statement};
 use super::wait::{Subscription, wait_on};
 use crate::key::Key;
+use crate::store::durable::reconnect::Reconnecting;
 use crate::store::durable::{Backend, CompletionRow, Forgotten, Found, Holder, encode};
 use crate::tool::ToolId;
 use crate::{
@@ -32,33 +33,55 @@ pub struct Inner {
     pub(super) statements: AtomicU64,
     pub(super) purge_batch: usize,
     pub(super) asynchronous_completions: bool,
+    pub(super) reconnect_within: Duration,
 }
 
 impl Inner {
-    /// Runs one prepared statement and returns its rows.
+    /// Runs one prepared statement and returns its rows. A statement whose
+    /// connection broke runs again on another, while the store's
+    /// `reconnect_within` lasts.
     async fn query(
         &self,
         statement: Statement,
         params: &[&(dyn ToSql + Sync)],
     ) -> StoreResult<Vec<tokio_postgres::Row>> {
-        let client = self.pool.get().await.map_err(pool_error)?;
-        let failed = pg_error(statement.name);
-        let prepared = client.prepare_cached(statement.sql).await.map_err(failed)?;
-        self.statements.fetch_add(1, Ordering::Relaxed);
-        client.query(&prepared, params).await.map_err(failed)
+        let mut reconnecting = Reconnecting::new(self.reconnect_within);
+        loop {
+            let tried = async {
+                let client = self.pool.get().await.map_err(Broken::pool)?;
+                let prepared = client.prepare_cached(statement.sql).await?;
+                self.statements.fetch_add(1, Ordering::Relaxed);
+                Ok::<_, Broken>(client.query(&prepared, params).await?)
+            };
+            match tried.await {
+                Ok(rows) => return Ok(rows),
+                Err(broken) if broken.is_broken() && reconnecting.again().await => {}
+                Err(broken) => return Err(broken.into_store_error(statement.name)),
+            }
+        }
     }
 
-    /// Runs one prepared statement and returns how many rows it touched.
+    /// Runs one prepared statement and returns how many rows it touched,
+    /// trying again on another connection as [`Inner::query`] does.
     async fn execute(
         &self,
         statement: Statement,
         params: &[&(dyn ToSql + Sync)],
     ) -> StoreResult<u64> {
-        let client = self.pool.get().await.map_err(pool_error)?;
-        let failed = pg_error(statement.name);
-        let prepared = client.prepare_cached(statement.sql).await.map_err(failed)?;
-        self.statements.fetch_add(1, Ordering::Relaxed);
-        client.execute(&prepared, params).await.map_err(failed)
+        let mut reconnecting = Reconnecting::new(self.reconnect_within);
+        loop {
+            let tried = async {
+                let client = self.pool.get().await.map_err(Broken::pool)?;
+                let prepared = client.prepare_cached(statement.sql).await?;
+                self.statements.fetch_add(1, Ordering::Relaxed);
+                Ok::<_, Broken>(client.execute(&prepared, params).await?)
+            };
+            match tried.await {
+                Ok(changed) => return Ok(changed),
+                Err(broken) if broken.is_broken() && reconnecting.again().await => {}
+                Err(broken) => return Err(broken.into_store_error(statement.name)),
+            }
+        }
     }
 
     /// [`Backend::held_by`], marking the row as waited for, so that its

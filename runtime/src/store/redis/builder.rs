@@ -9,7 +9,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use super::error::redis_error;
 use super::listener::Listener;
 use super::scripts::{SCRIPTS, Script};
-use super::{DEFAULT_PREFIX, DEFAULT_RECONNECT_WITHIN, Inner, RedisStore};
+use super::{DEFAULT_PREFIX, Inner, RedisStore};
+use crate::store::durable::reconnect::DEFAULT_RECONNECT_WITHIN;
 use crate::store::{StoreError, StoreResult};
 
 /// How long connecting, and any one reply, may take.
@@ -76,7 +77,7 @@ impl RedisStoreBuilder {
     /// How long a step keeps trying when the connection breaks (a restart,
     /// a failover, a network blip) before it reports the store
     /// [unavailable](StoreError::Unavailable); default
-    /// [`DEFAULT_RECONNECT_WITHIN`]. Every step is safe to repeat: a claim
+    /// [`DEFAULT_RECONNECT_WITHIN`](crate::store::DEFAULT_RECONNECT_WITHIN). Every step is safe to repeat: a claim
     /// whose reply was lost finds the claim its own by its holder token,
     /// and a completion, release or renewal is fenced.
     pub fn reconnect_within(mut self, budget: Duration) -> RedisStoreBuilder {

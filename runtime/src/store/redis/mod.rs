@@ -72,11 +72,6 @@ pub const DEFAULT_PREFIX: &str = "idempotent:";
 /// no wake-up came: a bound on how long a lost message can delay it.
 pub const RECHECK_EVERY: Duration = Duration::from_secs(2);
 
-/// How long a step keeps trying over a broken connection unless
-/// [`RedisStoreBuilder::reconnect_within`] says otherwise: long enough for a
-/// restart or a managed failover's switch, short of a waiting call's patience.
-pub const DEFAULT_RECONNECT_WITHIN: Duration = Duration::from_secs(10);
-
 /// Claims and records in Redis, for processes on several hosts.
 ///
 /// - **Set-up.** [`RedisStore::connect`] with a URL, or

@@ -9,6 +9,7 @@ use redis::{ErrorKind, ServerErrorKind, Value};
 
 // The helpers shared with the other durable stores.
 use crate::store::durable::encode::{millis, new_owner};
+use crate::store::durable::reconnect::Reconnecting;
 use crate::store::durable::wait::LEASE_MARGIN;
 
 use super::error::{NotReplicated, corrupt, redis_error};
@@ -39,35 +40,6 @@ fn is_broken_connection(err: &redis::RedisError) -> bool {
             err.kind(),
             ErrorKind::Server(ServerErrorKind::BusyLoading | ServerErrorKind::TryAgain)
         )
-}
-
-/// Paces a step's tries over a broken connection, until its budget runs out.
-struct Reconnecting {
-    until: tokio::time::Instant,
-    nap: Duration,
-}
-
-impl Reconnecting {
-    const FIRST_NAP: Duration = Duration::from_millis(10);
-    const LONGEST_NAP: Duration = Duration::from_millis(500);
-
-    fn new(budget: Duration) -> Reconnecting {
-        Reconnecting {
-            until: tokio::time::Instant::now() + budget,
-            nap: Self::FIRST_NAP,
-        }
-    }
-
-    /// Naps before the next try; `false` once the budget is spent.
-    async fn again(&mut self) -> bool {
-        let now = tokio::time::Instant::now();
-        if now >= self.until {
-            return false;
-        }
-        tokio::time::sleep(self.nap.min(self.until - now)).await;
-        self.nap = (self.nap * 2).min(Self::LONGEST_NAP);
-        true
-    }
 }
 
 /// A script's reply, and whether its `WAIT` fell short.
