@@ -181,7 +181,7 @@ fn a_store_that_lets_duplicates_through_fails_the_suite() {
 fn a_store_that_forgets_completions_fails_the_suite() {
     for case in [
         "a_repeat_after_completion_replays_the_first_result",
-        "recorded_errors_replay_without_acting",
+        "a_failed_record_replays_its_error_without_acting",
         "a_replay_is_byte_identical_to_the_recorded_json",
     ] {
         let ran = run_case(flawed(Flaw::ForgetsCompletions), case);
@@ -215,7 +215,7 @@ fn the_same_cases_pass_on_a_store_without_the_flaw() {
     for case in [
         "concurrent_identical_calls_act_once",
         "a_repeat_after_completion_replays_the_first_result",
-        "recorded_errors_replay_without_acting",
+        "a_failed_record_replays_its_error_without_acting",
         "a_replay_is_byte_identical_to_the_recorded_json",
         "racing_claims_from_many_connections_check_tool_and_arguments_on_every_path",
     ] {

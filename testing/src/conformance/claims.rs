@@ -44,7 +44,7 @@ pub(super) fn cases() -> Vec<Case> {
             another_tool_with_the_same_key_conflicts_without_its_result,
             []
         ),
-        case!(recorded_errors_replay_without_acting, []),
+        case!(a_failed_record_replays_its_error_without_acting, []),
         case!(a_record_past_its_retention_is_acted_again, []),
         case!(a_purge_never_removes_a_held_claim, [PurgeJob], records),
         case!(the_action_sees_its_own_key, []),
@@ -269,7 +269,7 @@ async fn another_tool_with_the_same_key_conflicts_without_its_result(store: Arc<
     }
 }
 
-async fn recorded_errors_replay_without_acting(store: Arc<dyn Store>) {
+async fn a_failed_record_replays_its_error_without_acting(store: Arc<dyn Store>) {
     let run = fresh_run();
     let provider = CountingProvider::default();
     let attempt = || {
