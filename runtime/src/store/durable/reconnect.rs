@@ -13,8 +13,11 @@ use std::time::Duration;
 pub const DEFAULT_RECONNECT_WITHIN: Duration = Duration::from_secs(10);
 
 /// Paces a step's tries over a broken connection, until its budget runs out.
+/// The budget starts at the first broken try, so a step that never breaks
+/// never reads the clock for it.
 pub(crate) struct Reconnecting {
-    until: tokio::time::Instant,
+    budget: Duration,
+    until: Option<tokio::time::Instant>,
     nap: Duration,
 }
 
@@ -24,7 +27,8 @@ impl Reconnecting {
 
     pub(crate) fn new(budget: Duration) -> Reconnecting {
         Reconnecting {
-            until: tokio::time::Instant::now() + budget,
+            budget,
+            until: None,
             nap: Self::FIRST_NAP,
         }
     }
@@ -32,10 +36,11 @@ impl Reconnecting {
     /// Naps before the next try; `false` once the budget is spent.
     pub(crate) async fn again(&mut self) -> bool {
         let now = tokio::time::Instant::now();
-        if now >= self.until {
+        let until = *self.until.get_or_insert(now + self.budget);
+        if now >= until {
             return false;
         }
-        tokio::time::sleep(self.nap.min(self.until - now)).await;
+        tokio::time::sleep(self.nap.min(until - now)).await;
         self.nap = (self.nap * 2).min(Self::LONGEST_NAP);
         true
     }
