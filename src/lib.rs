@@ -132,26 +132,15 @@
 //!   Valkey server they already run.
 //!
 //! Switch the default with [`set_default_store`], or name a store per tool
-//! with `store = ...` on the attribute. The [stores section] of the README
-//! has the set-up, the schema and what happens when a store is down.
+//! with `store = ...` on the attribute. [`guide::stores`] has the set-up,
+//! the schema and what happens when a store is down.
 //!
 //! # What a guarded call does
 //!
-//! | When a call arrives and its key is | the call gets | the action |
-//! |---|---|---|
-//! | new, or past retention | the claim, then [`Outcome::Fresh`] | runs once |
-//! | in flight, same tool and arguments | a wait (woken, not polling), then [`Outcome::Replay`]; past `wait`, [`Error::InProgress`] | does not run |
-//! | in flight, and its holder fails, panics or is dropped | the claim is released; one waiter takes over | runs again, once |
-//! | done, same tool and arguments | [`Outcome::Replay`]: the recorded value and a note | does not run |
-//! | done or in flight, other arguments | [`Outcome::Conflict`] with the first value if there is one | does not run |
-//! | used by another tool | [`Outcome::Conflict`], never the other tool's result | does not run |
-//! | held by this very call (re-entrant) | [`Error::Reentrant`] at once, not a deadlock | does not run |
-//! | held by a crashed process, lease expired | per [`Takeover`](call::Takeover): run again under the same provider key, or [`Error::UnknownOutcome`] | per policy |
-//! | done, but the result could not be recorded | [`Error::NotRecorded`], which says the action ran | ran |
-//!
-//! The claim comes first because a check before acting cannot stop two
-//! calls that arrive together: both check, both act. The README's
-//! [behaviour table] has every case, cancellation included.
+//! It claims its key before the action runs, in one atomic step in the
+//! store, so two calls that arrive together cannot both act. The table of
+//! every case (in flight, completed, other arguments, another tool, a
+//! crashed holder, a dropped future) is in [`guide::calls`].
 //!
 //! # Releases
 //!
@@ -162,10 +151,8 @@
 //! with an error naming that module, rather than run calls whose meaning has
 //! changed.
 //!
-//! [rig guide]: https://github.com/idempotent-rs/idempotent-tools#rig
-//! [rmcp guide]: https://github.com/idempotent-rs/idempotent-tools#rmcp-mcp-servers
-//! [stores section]: https://github.com/idempotent-rs/idempotent-tools#stores
-//! [behaviour table]: https://github.com/idempotent-rs/idempotent-tools#what-a-guarded-call-does
+//! [rig guide]: guide::rig
+//! [rmcp guide]: guide::rmcp
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -175,3 +162,26 @@ pub use idempotent_tools_runtime::*;
 // against this crate, where they are defined: a doc comment here would be
 // shown above theirs, and their summaries twice.
 pub use idempotent_tools_macros::{KeyPart, idempotent};
+
+/// The manual, a chapter a module: what a guarded call does, what may go in
+/// a key, the stores, operations, and the rig and rmcp adapters. The README
+/// is the short tour; these pages are the rest.
+//
+// Left out of this crate's doctests: the rig and rmcp chapters need those
+// frameworks, so every chapter is compiled and run by the `frameworks`
+// package's doctests instead, beside the README.
+#[cfg(not(doctest))]
+pub mod guide {
+    #[doc = include_str!("../guide/calls.md")]
+    pub mod calls {}
+    #[doc = include_str!("../guide/keys.md")]
+    pub mod keys {}
+    #[doc = include_str!("../guide/stores.md")]
+    pub mod stores {}
+    #[doc = include_str!("../guide/operations.md")]
+    pub mod operations {}
+    #[doc = include_str!("../guide/rig.md")]
+    pub mod rig {}
+    #[doc = include_str!("../guide/rmcp.md")]
+    pub mod rmcp {}
+}

@@ -54,7 +54,7 @@ impl CancelTool {
         Ok(self.provider.refund(&order_id, 0, None).await?)
     }
 
-    /// The same cancel, keyed as the README advises: on the action too.
+    /// The same cancel, keyed as the guide advises: on the action too.
     #[idempotent(key = "<run>:cancel:<order_id>")]
     async fn cancel(&self, run: &Run, order_id: String) -> Result<Outcome<Refund>, ShopError> {
         let _ = run;

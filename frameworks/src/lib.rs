@@ -9,3 +9,21 @@
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 mod readme {}
+
+// The guide's chapters, which the facade shows as `idempotent_tools::guide`,
+// compiled and run here for the same reason.
+#[cfg(doctest)]
+mod guide {
+    #[doc = include_str!("../../guide/calls.md")]
+    mod calls {}
+    #[doc = include_str!("../../guide/keys.md")]
+    mod keys {}
+    #[doc = include_str!("../../guide/stores.md")]
+    mod stores {}
+    #[doc = include_str!("../../guide/operations.md")]
+    mod operations {}
+    #[doc = include_str!("../../guide/rig.md")]
+    mod rig {}
+    #[doc = include_str!("../../guide/rmcp.md")]
+    mod rmcp {}
+}

@@ -1,6 +1,6 @@
 //! Counters and histograms through the `metrics` facade.
 //!
-//! Names and labels (also in the README):
+//! Names and labels (also in the guide's operations chapter):
 //!
 //! | name | kind | labels |
 //! | --- | --- | --- |
