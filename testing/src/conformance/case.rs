@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use super::kit::NOT_OFFERED;
+use super::kit::not_offered;
 use super::processes::Scene;
 use idempotent_tools::records::Records;
 use idempotent_tools::store::Store;
@@ -41,9 +41,9 @@ impl Subject {
     /// ignored, if the suite was not told the store offers them.
     pub(crate) fn records(&self) -> Arc<dyn Records> {
         self.records.clone().unwrap_or_else(|| {
-            panic!(
-                "{NOT_OFFERED} the operator's calls (`Records`), or the suite was not told: \
-                 call `Suite::with_records`; the case is ignored"
+            not_offered(
+                "the operator's calls (`Records`), or the suite was not told: \
+                 call `Suite::with_records`",
             )
         })
     }

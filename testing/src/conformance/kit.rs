@@ -256,10 +256,17 @@ pub(crate) async fn within<F: Future>(what: &str, fut: F) -> F::Output {
     }
 }
 
-/// How the panic that ends a case on a step the store does not offer
-/// (`StoreError::Unsupported`) begins: the case is reported ignored, not
-/// passed.
-pub(crate) const NOT_OFFERED: &str = "the store does not offer";
+/// What ends a case on a step the store does not offer: the case is
+/// reported ignored, with this reason, not passed.
+pub(crate) struct NotOffered(pub(crate) String);
+
+/// Ends the case as ignored because the store does not offer `what`. It
+/// unwinds without the panic hook: an ignored case prints nothing.
+pub(crate) fn not_offered(what: &str) -> ! {
+    std::panic::resume_unwind(Box::new(NotOffered(format!(
+        "the store does not offer {what}: the case is ignored"
+    ))))
+}
 
 /// The value of an inspection step, or the end of the case, reported
 /// ignored, if the store does not offer the step.
@@ -267,7 +274,7 @@ pub(crate) fn offered<T>(step: StoreResult<T>) -> T {
     match step {
         Ok(value) => value,
         Err(StoreError::Unsupported(step)) => {
-            panic!("{NOT_OFFERED} `{step}` (StoreError::Unsupported): the case is ignored")
+            not_offered(&format!("`{step}` (StoreError::Unsupported)"))
         }
         Err(err) => panic!("the store failed: {err:?}"),
     }

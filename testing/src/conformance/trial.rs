@@ -9,7 +9,7 @@ use std::sync::Arc;
 use libtest_mimic::{Completion, Failed, Trial};
 
 use super::case::{Body, Case, Connect, Need, Statements, Subject};
-use super::kit::NOT_OFFERED;
+use super::kit::NotOffered;
 use super::processes::{self, Scene};
 use super::{Count, PURGE_BATCH, Scope, Suite};
 use idempotent_tools::store::Store;
@@ -59,10 +59,9 @@ fn message(panic: &(dyn Any + Send)) -> &str {
 /// A failed case, or an ignored one if it stopped at a step the store does
 /// not offer.
 fn verdict(panic: &(dyn Any + Send)) -> Result<Completion, Failed> {
-    let message = message(panic);
-    match message.strip_prefix(NOT_OFFERED) {
-        Some(_) => Ok(Completion::ignored_with(message)),
-        None => Err(Failed::from(message)),
+    match panic.downcast_ref::<NotOffered>() {
+        Some(NotOffered(reason)) => Ok(Completion::ignored_with(reason)),
+        None => Err(Failed::from(message(panic))),
     }
 }
 
