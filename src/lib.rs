@@ -121,20 +121,11 @@
 //! # Choosing a store
 //!
 //! Every store answers the same atomic claim, so a guarded call behaves the
-//! same on each; what differs is who sees the claim.
-//!
-//! - [`MemoryStore`], the process default: one process. A restart forgets
-//!   the claims, so an action in flight during a crash may run again (with
-//!   the same provider key, which the provider can deduplicate).
-//! - `SqliteStore` (`sqlite`): processes that share a host's disk, or one
-//!   process whose claims must outlive it.
-//! - `PostgresStore` (`postgres`): processes on several hosts.
-//! - `RedisStore` (`redis`): processes on several hosts, on a Redis or
-//!   Valkey server they already run.
-//!
-//! Switch the default with [`set_default_store`], or name a store per tool
-//! with `store = ...` on the attribute. [`guide::stores`] has the set-up,
-//! the schema and what happens when a store is down.
+//! same on each; what differs is who sees the claim. [`MemoryStore`] is the
+//! process default. [`guide::stores`] says which store suits which
+//! deployment, how to set each up, and what happens when one is down;
+//! switch the default with [`set_default_store`], or name a store per tool
+//! with `store = ...` on the attribute.
 //!
 //! # What a guarded call does
 //!
