@@ -190,6 +190,20 @@ impl CliError {
                 ..
             } => "check that the store's server is up and reachable, then run the command again"
                 .into(),
+            CliError::Open { .. } => "the store's server answered, but refused: check the \
+                URL's user, password and database (the last cause above is the server's own \
+                words), and that this user may read the application's tables"
+                .into(),
+            CliError::Store {
+                source: StoreError::Corrupt(_),
+                ..
+            } => "a record this tool cannot read was left as it is; `idempotent-tools show KEY` \
+                  reads the others one at a time"
+                .into(),
+            CliError::Store { .. } => "nothing was changed by the step that failed; run the \
+                command again, and if it fails the same way, the last cause above is the \
+                store's own words"
+                .into(),
             CliError::NotFound(_) => "list the keys there are with `idempotent-tools list` \
                 (`--run RUN` narrows it); a key must be given in full, as `list` prints it"
                 .into(),

@@ -196,6 +196,7 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<(), CliError> {
     let target = Target::parse(cli.store.as_deref().unwrap_or_default())?;
+    let by_expiry = matches!(target, Target::Redis { .. });
     let store = target.open().await?;
     let out = &mut io::stdout().lock();
     match cli.command {
@@ -206,6 +207,12 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             let purged = store.purge_expired().await.map_err(failed("purge"))?;
             if json {
                 write(out, &json!({ "purged": purged }).to_string())
+            } else if by_expiry {
+                write(
+                    out,
+                    "purged 0 expired records: Redis removes each record itself when its \
+                     retention runs out, so there is never anything to purge",
+                )
             } else {
                 write(out, &format!("purged {purged} expired records"))
             }

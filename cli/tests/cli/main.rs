@@ -45,6 +45,7 @@ fn main() {
         postgres::a_postgres_database_without_the_schema_is_bad_usage_and_gets_none,
         postgres::a_postgres_schema_newer_than_the_tool_is_refused,
         postgres::a_key_that_does_not_exist_on_postgres_is_not_found,
+        postgres::a_database_that_does_not_exist_fails_and_says_what_to_check,
     ));
     trials.extend(trials!(redis::URL;
         redis::every_command_on_redis,

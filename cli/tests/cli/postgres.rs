@@ -123,6 +123,30 @@ pub async fn a_postgres_schema_newer_than_the_tool_is_refused() {
     );
 }
 
+pub async fn a_database_that_does_not_exist_fails_and_says_what_to_check() {
+    let url = std::env::var(URL).expect("the server's URL");
+    let mut config: tokio_postgres::Config = url.parse().expect("a Postgres URL");
+    config.dbname("idempotent_tools_no_such_database");
+    let missing = format!(
+        "postgres://{}@{}:{}/idempotent_tools_no_such_database",
+        config.get_user().unwrap_or("postgres"),
+        match &config.get_hosts()[0] {
+            tokio_postgres::config::Host::Tcp(host) => host.clone(),
+            #[cfg(unix)]
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        },
+        config.get_ports().first().copied().unwrap_or(5432),
+    );
+    let out = cli(&missing, &["list"]).expect(1);
+    assert!(out.stderr.contains("does not exist"), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("help: the store's server answered, but refused"),
+        "{}",
+        out.stderr
+    );
+}
+
 pub async fn a_key_that_does_not_exist_on_postgres_is_not_found() {
     let schema = Schema::new().await;
     drop(schema.store().await);

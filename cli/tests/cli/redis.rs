@@ -89,6 +89,8 @@ pub async fn stats_and_purge_on_redis() {
     // and changes nothing.
     let purged = cli(&target, &["purge", "--json"]).expect(0).json();
     assert_eq!(purged["purged"], 0);
+    let said = cli(&target, &["purge"]).expect(0).stdout;
+    assert!(said.contains("never anything to purge"), "{said}");
     assert_eq!(
         cli(&target, &["stats", "--json"]).expect(0).json()["total"],
         3
