@@ -27,6 +27,21 @@ pub(super) struct Armed {
     pub(super) reached: Arc<Notify>,
     /// Lets a held-back step go on, once its caller was dropped.
     pub(super) let_go: Arc<Notify>,
+    /// Notified once the ask's claim is answered, or held back.
+    pub(super) claimed: Arc<Notify>,
+    /// Whether the ask's claim was seen: the first claim of the key after
+    /// the trouble was armed (the storm lets no other ask of the object run
+    /// until then).
+    pub(super) seen: bool,
+    /// The owner of the claim the ask won: later steps are matched by it.
+    pub(super) owner: Option<u128>,
+}
+
+/// A trouble taken for its step.
+struct Taken {
+    trouble: Trouble,
+    reached: Arc<Notify>,
+    let_go: Arc<Notify>,
 }
 
 /// What a key's last claim asked with, to claim it again afterwards.
@@ -54,6 +69,14 @@ pub(super) struct Troubled {
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every statement under these locks leaves the data whole.
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn taken(armed: Armed) -> Taken {
+    Taken {
+        trouble: armed.trouble,
+        reached: armed.reached,
+        let_go: armed.let_go,
+    }
 }
 
 fn unavailable() -> StoreError {
@@ -86,18 +109,58 @@ impl Troubled {
         lock(&self.asked).values().cloned().collect()
     }
 
-    /// The first trouble armed for `key` that `wanted` accepts, taken.
-    fn take(
+    /// The trouble of the ask whose claim this is: the first armed for
+    /// `key` and not yet seen. Marks it seen; takes it out if `now` accepts
+    /// it, and returns its id and the notice of its claim.
+    fn claiming(
         &self,
         key: &Key,
-        wanted: impl Fn(Trouble) -> bool,
-    ) -> Option<(Trouble, Arc<Notify>, Arc<Notify>)> {
+        now: impl Fn(Trouble) -> bool,
+    ) -> Option<(usize, Arc<Notify>, Option<Taken>)> {
         let mut armed = lock(&self.armed);
         let at = armed
             .iter()
-            .position(|a| wanted(a.trouble) && key.as_str().contains(a.object.as_str()))?;
+            .position(|a| !a.seen && key.as_str().contains(a.object.as_str()))?;
+        armed[at].seen = true;
+        let (id, claimed) = (armed[at].id, Arc::clone(&armed[at].claimed));
+        if !now(armed[at].trouble) {
+            return Some((id, claimed, None));
+        }
         let a = armed.remove(at);
-        Some((a.trouble, a.reached, a.let_go))
+        Some((id, claimed, Some(taken(a))))
+    }
+
+    /// After the ask `id`'s claim was answered: binds its trouble to the
+    /// claim's owner, or drops it if the claim was not won; takes it out if
+    /// `now` accepts it.
+    fn answered(
+        &self,
+        id: usize,
+        owner: Option<u128>,
+        now: impl Fn(Trouble) -> bool,
+    ) -> Option<Taken> {
+        let mut armed = lock(&self.armed);
+        let at = armed.iter().position(|a| a.id == id)?;
+        match owner {
+            Some(owner) if !now(armed[at].trouble) => {
+                armed[at].owner = Some(owner);
+                None
+            }
+            Some(_) => Some(taken(armed.remove(at))),
+            None => {
+                armed.remove(at);
+                None
+            }
+        }
+    }
+
+    /// The trouble bound to this claim's owner that `wanted` accepts, taken.
+    fn take(&self, claim: &Claim, wanted: impl Fn(Trouble) -> bool) -> Option<Taken> {
+        let mut armed = lock(&self.armed);
+        let at = armed
+            .iter()
+            .position(|a| a.owner == Some(claim.owner) && wanted(a.trouble))?;
+        Some(taken(armed.remove(at)))
     }
 
     fn vanished(&self, claim: &Claim) -> bool {
@@ -105,28 +168,30 @@ impl Troubled {
     }
 
     /// The trouble, if any, of a step other than a claim.
-    async fn troubled(&self, key: &Key, step: Step) -> StoreResult<()> {
-        let taken = self.take(key, |t| match t {
+    async fn troubled(&self, claim: &Claim, step: Step) -> StoreResult<()> {
+        let taken = self.take(claim, |t| match t {
             Trouble::Fails(s) | Trouble::Stalls(s) => s == step,
             Trouble::DroppedDuringCompletion | Trouble::PausedPastLease => step == Step::Complete,
             _ => false,
         });
-        match taken {
-            Some((Trouble::Fails(_), _, _)) => Err(unavailable()),
-            Some((Trouble::Stalls(_), _, _)) => {
+        let Some(taken) = taken else {
+            return Ok(());
+        };
+        match taken.trouble {
+            Trouble::Fails(_) => Err(unavailable()),
+            Trouble::Stalls(_) => {
                 tokio::time::sleep(self.stall).await;
                 Ok(())
             }
-            Some((Trouble::PausedPastLease, _, _)) => {
+            Trouble::PausedPastLease => {
                 tokio::time::sleep(self.pause).await;
                 Ok(())
             }
-            Some((_, reached, let_go)) => {
-                reached.notify_one();
-                let_go.notified().await;
+            _ => {
+                taken.reached.notify_one();
+                taken.let_go.notified().await;
                 Ok(())
             }
-            None => Ok(()),
         }
     }
 }
@@ -134,7 +199,7 @@ impl Troubled {
 impl Store for Troubled {
     fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> {
         StoreFuture::boxed(async move {
-            let before = self.take(req.key, |t| {
+            let mine = self.claiming(req.key, |t| {
                 matches!(
                     t,
                     Trouble::Fails(Step::Claim)
@@ -143,42 +208,64 @@ impl Store for Troubled {
                         | Trouble::DroppedBeforeClaimAnswer
                 )
             });
+            let (id, claimed, before) = match mine {
+                Some((id, claimed, before)) => (Some(id), Some(claimed), before),
+                None => (None, None, None),
+            };
             let mut late = None;
-            match before {
-                Some((Trouble::Fails(_), _, _)) => return Err(unavailable()),
-                Some((Trouble::Stalls(_), _, _)) => tokio::time::sleep(self.stall).await,
-                Some((Trouble::AnswersLate(_), reached, let_go)) => late = Some((reached, let_go)),
-                Some((_, reached, let_go)) => {
-                    reached.notify_one();
-                    let_go.notified().await;
+            if let Some(taken) = before {
+                match taken.trouble {
+                    Trouble::Fails(_) => {
+                        if let Some(claimed) = &claimed {
+                            claimed.notify_one();
+                        }
+                        return Err(unavailable());
+                    }
+                    Trouble::Stalls(_) => tokio::time::sleep(self.stall).await,
+                    Trouble::AnswersLate(_) => late = Some(taken),
+                    _ => {
+                        if let Some(claimed) = &claimed {
+                            claimed.notify_one();
+                        }
+                        taken.reached.notify_one();
+                        taken.let_go.notified().await;
+                    }
                 }
-                None => {}
             }
             let answer = self.inner.claim(req).await;
-            if let Ok(ClaimAnswer::Claimed(claim)) = &answer {
-                lock(&self.asked).insert(
-                    req.key.as_str().to_owned(),
-                    Asked {
-                        key: req.key.clone(),
-                        tool: req.tool.clone(),
-                        fingerprint: req.fingerprint,
-                        lease: req.lease,
-                        retention: req.retention,
-                    },
-                );
-                let acting = self.take(req.key, |t| {
+            let owner = match &answer {
+                Ok(ClaimAnswer::Claimed(claim)) => {
+                    lock(&self.asked).insert(
+                        req.key.as_str().to_owned(),
+                        Asked {
+                            key: req.key.clone(),
+                            tool: req.tool.clone(),
+                            fingerprint: req.fingerprint,
+                            lease: req.lease,
+                            retention: req.retention,
+                        },
+                    );
+                    Some(claim.owner)
+                }
+                _ => None,
+            };
+            if let Some(id) = id {
+                let acting = self.answered(id, owner, |t| {
                     matches!(t, Trouble::DroppedDuringAction | Trouble::Vanishes)
                 });
-                if let Some((trouble, reached, _)) = acting {
-                    if trouble == Trouble::Vanishes {
-                        lock(&self.vanished).insert(claim.owner);
+                if let (Some(taken), Some(owner)) = (acting, owner) {
+                    if taken.trouble == Trouble::Vanishes {
+                        lock(&self.vanished).insert(owner);
                     }
-                    reached.notify_one();
+                    taken.reached.notify_one();
                 }
             }
-            if let Some((reached, let_go)) = late {
-                reached.notify_one();
-                let_go.notified().await;
+            if let Some(claimed) = &claimed {
+                claimed.notify_one();
+            }
+            if let Some(taken) = late {
+                taken.reached.notify_one();
+                taken.let_go.notified().await;
             }
             answer
         })
@@ -193,12 +280,12 @@ impl Store for Troubled {
             if self.vanished(claim) {
                 return Ok(());
             }
-            let late = self.take(&claim.key, |t| t == Trouble::AnswersLate(Step::Complete));
-            self.troubled(&claim.key, Step::Complete).await?;
+            let late = self.take(claim, |t| t == Trouble::AnswersLate(Step::Complete));
+            self.troubled(claim, Step::Complete).await?;
             let done = self.inner.complete(claim, finished).await;
-            if let Some((_, reached, let_go)) = late {
-                reached.notify_one();
-                let_go.notified().await;
+            if let Some(taken) = late {
+                taken.reached.notify_one();
+                taken.let_go.notified().await;
             }
             done
         })
@@ -209,7 +296,7 @@ impl Store for Troubled {
             if self.vanished(claim) {
                 return Ok(());
             }
-            self.troubled(&claim.key, Step::Release).await?;
+            self.troubled(claim, Step::Release).await?;
             self.inner.release(claim).await
         })
     }
@@ -219,7 +306,7 @@ impl Store for Troubled {
             if self.vanished(claim) {
                 return Ok(());
             }
-            self.troubled(&claim.key, Step::Renew).await?;
+            self.troubled(claim, Step::Renew).await?;
             self.inner.renew(claim, lease).await
         })
     }

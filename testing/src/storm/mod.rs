@@ -163,6 +163,7 @@ pub struct Storm<T, E> {
     max_events: usize,
     wait: Duration,
     lease: Duration,
+    replay: Option<u64>,
 }
 
 impl<T, E> Storm<T, E>
@@ -196,6 +197,7 @@ where
             max_events: 8,
             wait: Policy::DEFAULT.wait,
             lease: Policy::DEFAULT.lease,
+            replay: None,
         }
     }
 }
@@ -259,6 +261,13 @@ where
     /// overrides it and runs that one schedule alone.
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = seed;
+        self
+    }
+
+    /// Runs the one schedule of this seed (a [`Failure::seed`]) and
+    /// shrinks it again, as [`SEED_VAR`] in the environment does.
+    pub fn replay(mut self, seed: u64) -> Self {
+        self.replay = Some(seed);
         self
     }
 

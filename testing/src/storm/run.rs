@@ -84,7 +84,7 @@ where
     let object = |k: u8| format!("storm{k}-{tag}");
     let inner = (setup.store)().await;
     let store = Arc::new(Troubled::new(inner, times.stall(), times.pause()));
-    let mut running: Vec<JoinHandle<Caller>> = Vec::new();
+    let mut running: Vec<(u8, JoinHandle<Caller>)> = Vec::new();
     let mut callers = Vec::new();
     let mut objects = BTreeSet::new();
     let mut number = 0;
@@ -97,28 +97,32 @@ where
             } => {
                 number += 1;
                 objects.insert(object(*k));
-                running.push(caller(
-                    setup,
-                    &store,
-                    &run,
-                    times,
-                    Ask::new(object(*k), *variant, number),
-                    *trouble,
-                ));
+                let ask = Ask::new(object(*k), *variant, number);
+                if *trouble == Trouble::None {
+                    running.push((*k, caller(setup, &store, &run, times, ask, *trouble).0));
+                    continue;
+                }
+                // A troubled ask's claim is the first of its key: the asks
+                // before it end first, and those after start once its claim
+                // is answered, so its trouble lands on its own steps.
+                settle(&mut running, &mut callers, Some(*k)).await;
+                let (task, claimed) = caller(setup, &store, &run, times, ask, *trouble);
+                running.push((*k, task));
+                let _ = tokio::time::timeout(times.patience(), claimed.notified()).await;
             }
             Event::Burst { object: k, callers } => {
                 objects.insert(object(*k));
                 for _ in 0..*callers {
                     number += 1;
                     let ask = Ask::new(object(*k), 0, number);
-                    running.push(caller(setup, &store, &run, times, ask, Trouble::None));
+                    running.push((*k, caller(setup, &store, &run, times, ask, Trouble::None).0));
                 }
             }
-            Event::Settle => settle(&mut running, &mut callers).await,
+            Event::Settle => settle(&mut running, &mut callers, None).await,
             Event::PassLease => tokio::time::sleep(times.lease + times.lease / 4).await,
         }
     }
-    settle(&mut running, &mut callers).await;
+    settle(&mut running, &mut callers, None).await;
     callers.sort_by_key(|c| c.number);
 
     let mut violations = checks::callers(&callers, times.bound());
@@ -138,8 +142,18 @@ where
     }
 }
 
-async fn settle(running: &mut Vec<JoinHandle<Caller>>, callers: &mut Vec<Caller>) {
-    for task in running.drain(..) {
+/// Waits for the asks started so far, of one object or of all.
+async fn settle(
+    running: &mut Vec<(u8, JoinHandle<Caller>)>,
+    callers: &mut Vec<Caller>,
+    object: Option<u8>,
+) {
+    let (ending, going) = running
+        .drain(..)
+        .partition(|(k, _)| object.is_none_or(|object| *k == object));
+    *running = going;
+    let ending: Vec<(u8, JoinHandle<Caller>)> = ending;
+    for (_, task) in ending {
         // A supervisor never panics: the tool runs on a task of its own.
         if let Ok(caller) = task.await {
             callers.push(caller);
@@ -147,7 +161,8 @@ async fn settle(running: &mut Vec<JoinHandle<Caller>>, callers: &mut Vec<Caller>
     }
 }
 
-/// Starts one caller, with its trouble armed in the store.
+/// Starts one caller, with its trouble armed in the store; the notice is
+/// given once its claim is answered or held back.
 fn caller<T, E>(
     setup: &Setup<T, E>,
     store: &Arc<Troubled>,
@@ -155,12 +170,13 @@ fn caller<T, E>(
     times: Times,
     ask: Ask,
     trouble: Trouble,
-) -> JoinHandle<Caller>
+) -> (JoinHandle<Caller>, Arc<Notify>)
 where
     T: Send + 'static,
     E: Send + 'static,
 {
     let (reached, let_go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let claimed = Arc::new(Notify::new());
     let number = ask.number;
     if trouble != Trouble::None {
         store.arm(Armed {
@@ -169,6 +185,9 @@ where
             trouble,
             reached: Arc::clone(&reached),
             let_go: Arc::clone(&let_go),
+            claimed: Arc::clone(&claimed),
+            seen: false,
+            owner: None,
         });
     }
     let (object, variant) = (ask.object.clone(), ask.variant);
@@ -177,7 +196,7 @@ where
     let guard_error = Arc::clone(&setup.guard_error);
     let store = Arc::clone(store);
     let call = run.clone().scope(tool(dyn_store, ask));
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let started = Instant::now();
         let mut call = tokio::spawn(call);
         let drops = trouble.drops_caller();
@@ -229,7 +248,8 @@ where
             answered,
             took,
         }
-    })
+    });
+    (task, claimed)
 }
 
 /// The keys still held once every caller is gone: each is claimed again,
