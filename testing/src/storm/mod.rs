@@ -21,10 +21,10 @@
 //!
 //! - **one effect**: the effect counted at most once per object;
 //! - **one fresh result**: at most one caller per object told the action ran
-//!   now ([`Outcome::Fresh`](idempotent_tools::Outcome::Fresh));
+//!   now ([`Outcome::Fresh`]);
 //! - **told the truth**: each caller got a fresh result, a replay, a
 //!   conflict, or the guard's error, which says whether the action ran
-//!   ([`Error::action_ran`](idempotent_tools::Error::action_ran));
+//!   ([`Error::action_ran`]);
 //! - **bounded waits**: no caller took longer than the wait bound allows
 //!   (the tool's `wait`, plus a lease and a pause where those are explored,
 //!   plus 2 s for a busy machine);
@@ -109,7 +109,7 @@ use run::Times;
 use schedule::Shape;
 
 /// The seed a storm starts from unless told otherwise.
-pub const DEFAULT_SEED: u64 = 0x5EED_0F_57_0A_11;
+pub const DEFAULT_SEED: u64 = 0x5EED_0F57_0A11;
 
 /// The longest lease a storm waits out: with a longer one (or a store whose
 /// leases never run out) it leaves out the troubles that need one to pass.
@@ -142,15 +142,17 @@ impl Ask {
 }
 
 type ToolFuture<T, E> = Pin<Box<dyn Future<Output = Result<Outcome<T>, E>> + Send>>;
+type Tool<T, E> = Arc<dyn Fn(Arc<dyn Store>, Ask) -> ToolFuture<T, E> + Send + Sync>;
+type FindGuardError<E> = Arc<dyn Fn(&E) -> Option<&Error> + Send + Sync>;
 type StoreFactory =
     Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn Store>> + Send>> + Send + Sync>;
 
 /// What a schedule runs with.
 pub(crate) struct Setup<T, E> {
-    tool: Arc<dyn Fn(Arc<dyn Store>, Ask) -> ToolFuture<T, E> + Send + Sync>,
+    tool: Tool<T, E>,
     effects: Arc<dyn Fn(&str) -> usize + Send + Sync>,
     store: StoreFactory,
-    guard_error: Arc<dyn Fn(&E) -> Option<&Error> + Send + Sync>,
+    guard_error: FindGuardError<E>,
 }
 
 /// A duplicate storm on one tool; see the [module](self).
