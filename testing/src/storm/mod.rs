@@ -301,10 +301,10 @@ where
             max_events: self.max_events,
             short_leases,
         };
-        let seeds: Vec<u64> = match std::env::var(SEED_VAR)
+        let from_env = std::env::var(SEED_VAR)
             .ok()
-            .and_then(|s| s.trim().parse().ok())
-        {
+            .and_then(|s| s.trim().parse().ok());
+        let seeds: Vec<u64> = match self.replay.or(from_env) {
             Some(seed) => vec![seed],
             None => (0..self.schedules as u64)
                 .map(|n| report::nth_seed(self.seed, n))
