@@ -176,4 +176,6 @@ pub mod guide {
     pub mod rig {}
     #[doc = include_str!("../guide/rmcp.md")]
     pub mod rmcp {}
+    #[doc = include_str!("../guide/testing.md")]
+    pub mod testing {}
 }

@@ -26,4 +26,6 @@ mod guide {
     mod rig {}
     #[doc = include_str!("../../guide/rmcp.md")]
     mod rmcp {}
+    #[doc = include_str!("../../guide/testing.md")]
+    mod testing {}
 }

@@ -11,6 +11,8 @@
 //! - [`assert_one_action`] and [`assert_same_key_for_same_ask`].
 //! - [`conformance`]: the suite that proves a [`Store`](idempotent_tools::store::Store) keeps
 //!   every promise the project's stores keep; one call runs it all.
+//! - [`storm`]: a duplicate storm on a tool of your own: random schedules of
+//!   asks, cancellations and store faults, checked, shrunk and replayable.
 //!
 //! Add it as a dev-dependency beside `idempotent-tools`, at the same version.
 //!
@@ -77,6 +79,7 @@ pub mod conformance;
 mod model;
 mod provider;
 mod runner;
+pub mod storm;
 mod tools;
 
 pub use assert::{assert_one_action, assert_same_key_for_same_ask};
