@@ -59,8 +59,13 @@ pub(super) struct Troubled {
     pub(super) inner: Arc<dyn Store>,
     /// How long a stalled step stalls.
     stall: Duration,
-    /// How long a paused completion waits: past the lease.
+    /// The most a paused completion waits for another caller to take its
+    /// claim over.
     pause: Duration,
+    /// How many claims each key has had answered `Claimed`, and a wake-up
+    /// for each: a paused completion waits for its key's count to move.
+    claimed: Mutex<HashMap<String, u64>>,
+    claimed_again: Notify,
     armed: Mutex<Vec<Armed>>,
     vanished: Mutex<HashSet<u128>>,
     asked: Mutex<HashMap<String, Asked>>,
@@ -92,6 +97,34 @@ impl Troubled {
             armed: Mutex::new(Vec::new()),
             vanished: Mutex::new(HashSet::new()),
             asked: Mutex::new(HashMap::new()),
+            claimed: Mutex::new(HashMap::new()),
+            claimed_again: Notify::new(),
+        }
+    }
+
+    fn claims_of(&self, key: &Key) -> u64 {
+        lock(&self.claimed).get(key.as_str()).copied().unwrap_or(0)
+    }
+
+    /// Holds a completion until another caller has claimed its key (a
+    /// takeover, once the lease ran out), or for `pause` at most: the
+    /// stale completion then lands after the takeover on every run, not
+    /// only when the timing happens to allow it.
+    async fn paused(&self, claim: &Claim) {
+        let before = self.claims_of(&claim.key);
+        let deadline = tokio::time::sleep(self.pause);
+        tokio::pin!(deadline);
+        loop {
+            let again = self.claimed_again.notified();
+            tokio::pin!(again);
+            again.as_mut().enable();
+            if self.claims_of(&claim.key) != before {
+                return;
+            }
+            tokio::select! {
+                () = &mut deadline => return,
+                () = again => {}
+            }
         }
     }
 
@@ -184,7 +217,7 @@ impl Troubled {
                 Ok(())
             }
             Trouble::PausedPastLease => {
-                tokio::time::sleep(self.pause).await;
+                self.paused(claim).await;
                 Ok(())
             }
             _ => {
@@ -235,6 +268,10 @@ impl Store for Troubled {
             let answer = self.inner.claim(req).await;
             let owner = match &answer {
                 Ok(ClaimAnswer::Claimed(claim)) => {
+                    *lock(&self.claimed)
+                        .entry(req.key.as_str().to_owned())
+                        .or_default() += 1;
+                    self.claimed_again.notify_waiters();
                     lock(&self.asked).insert(
                         req.key.as_str().to_owned(),
                         Asked {

@@ -15,7 +15,8 @@
 //!   stalls, or is carried out but answers after its caller gave up;
 //! - on stores whose leases run out, and short ones: holders that vanish
 //!   mid-action (their later steps never reach the store, as for a killed
-//!   process), completions paused past the lease, and leases let run out.
+//!   process), completions paused until another caller took the claim over
+//!   (a stale holder completing late), and leases let run out.
 //!
 //! After every schedule it checks:
 //!

@@ -33,9 +33,10 @@ impl Times {
         (self.lease / 8).min(Duration::from_millis(50))
     }
 
-    /// A completion paused past the lease.
+    /// The most a completion stays paused for another caller to take its
+    /// claim over: that caller waits out the lease within its own wait.
     fn pause(self) -> Duration {
-        self.lease + self.lease / 2
+        self.wait + self.lease
     }
 
     /// How long a caller may take: its wait for a duplicate, a lease it may
