@@ -6,7 +6,8 @@
 //! [`KeyStore`], and every answer must be the model's: the claim's variant,
 //! its fence and whether it took over, the replayed state and value, the
 //! conflict's first result, and whether a completion, release or renewal
-//! was accepted or refused by the fence.
+//! was accepted or refused by the fence. A wait on a claim in flight must
+//! end once that claim is completed or released.
 //!
 //! Time is not waited for: a lease of zero has run out the moment it is
 //! written (as the conformance suite's crashed holders do), and a live lease
@@ -29,11 +30,11 @@ use idempotent_tools::store::postgres::tokio_postgres::{self, Config, NoTls};
 use idempotent_tools::store::redis::redis;
 use idempotent_tools::store::{
     Claim, ClaimAnswer, ClaimRequest, Completion, RecordValue, Store, StoreError, StoreFuture,
-    StoreResult,
+    StoreResult, Wait,
 };
 use idempotent_tools::{MemoryStore, RedisStore, SqliteStore};
 use idempotent_tools_model::store::{
-    Answer, Args, ClaimRef, Ending, KeyStore, LeaseLost, Leases, Owner, Tick, Value,
+    Answer, Args, ClaimRef, Ending, KeyStore, LeaseLost, Leases, Owner, Slot, Tick, Value,
 };
 use idempotent_tools_testing::conformance::kit::{self, fresh_run, refund_key, request, usd};
 use libtest_mimic::{Arguments, Completion as Trial, Failed};
@@ -196,6 +197,11 @@ struct Real<'a> {
     store: &'a dyn Store,
     key: Key,
     claims: Vec<Claim>,
+    /// The waits of claims answered in flight, each with the claim (by
+    /// the order of its grant) it waits on.
+    waits: Vec<(usize, Wait)>,
+    /// The wait of the last step, if it answered in flight.
+    wait: Option<Wait>,
 }
 
 fn json(value: &RecordValue) -> String {
@@ -241,7 +247,10 @@ impl Real<'_> {
                         self.claims.push(claim);
                         answer
                     }
-                    ClaimAnswer::InFlight(_) => Answer::InFlight,
+                    ClaimAnswer::InFlight(wait) => {
+                        self.wait = Some(wait);
+                        Answer::InFlight
+                    }
                     ClaimAnswer::Completed(finished) => {
                         let ending = match finished.state {
                             RecordState::Done => Ending::Done,
@@ -313,7 +322,8 @@ fn as_read(expected: Expected) -> Expected {
     }
 }
 
-/// What kind of answer the model gave, so that a run can show it met each.
+/// What kind of answer the model gave, so that a run can show it met each
+/// (and every wait on a claim in flight that ended).
 fn kind(expected: &Expected, step: &Step) -> &'static str {
     match (expected, step) {
         (
@@ -363,8 +373,9 @@ fn kind(expected: &Expected, step: &Step) -> &'static str {
 
 /// The kinds of answer every run must meet, and those only a store whose
 /// leases run out can give.
-const KINDS: [&str; 13] = [
+const KINDS: [&str; 14] = [
     "claimed",
+    "a wait ended",
     "in flight",
     "replayed done",
     "replayed failed",
@@ -409,11 +420,17 @@ where
                 store: &*store,
                 key: refund_key(&fresh_run(), "1182"),
                 claims: Vec::new(),
+                waits: Vec::new(),
+                wait: None,
             };
             for (n, step) in steps.iter().enumerate() {
                 if let Some(seen) = &seen {
                     seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 }
+                let holder = match reference.store.slot {
+                    Slot::Held(held) => reference.claims.iter().position(|c| c.owner == held.owner),
+                    _ => None,
+                };
                 let expected = as_read(reference.step(step));
                 met.lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -430,6 +447,33 @@ where
                     got,
                     expected
                 );
+                // A wait on a claim in flight ends once its holder completes
+                // or releases.
+                if let (Some(wait), Some(holder)) = (real.wait.take(), holder) {
+                    real.waits.push((holder, wait));
+                }
+                if let (
+                    Step::Complete { claim } | Step::Release { claim },
+                    Expected::Step(Ok(())),
+                ) = (step, &expected)
+                {
+                    let (woken, waiting) = std::mem::take(&mut real.waits)
+                        .into_iter()
+                        .partition(|(holder, _)| holder == claim);
+                    real.waits = waiting;
+                    for (_, wait) in woken {
+                        runtime
+                            .block_on(async { tokio::time::timeout(kit::PATIENCE, wait).await })
+                            .map_err(|_| {
+                                TestCaseError::fail(format!(
+                                    "step {n} of {steps:?}: a wait on the claim did not end"
+                                ))
+                            })?;
+                        met.lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .insert("a wait ended");
+                    }
+                }
             }
             Ok(())
         },
