@@ -92,6 +92,8 @@ struct Held {
 }
 
 struct Done {
+    /// The holder that completed it: the same holder may complete again.
+    owner: u128,
     fence: u64,
     tool: ToolId,
     fingerprint: Fingerprint,

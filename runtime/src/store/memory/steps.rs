@@ -126,13 +126,16 @@ impl Inner {
         let Some(mut slot) = self.slots.get_mut(&claim.key) else {
             return Err(StoreError::LeaseLost);
         };
-        let Slot::Held(held) = &*slot else {
-            return Err(StoreError::LeaseLost);
+        let held = match &*slot {
+            Slot::Held(held) if held.owner == claim.owner && held.fence == claim.fence => held,
+            // The same holder completing again: what it recorded stands.
+            Slot::Done(done) if done.owner == claim.owner && done.fence == claim.fence => {
+                return Ok(());
+            }
+            _ => return Err(StoreError::LeaseLost),
         };
-        if held.owner != claim.owner || held.fence != claim.fence {
-            return Err(StoreError::LeaseLost);
-        }
         let done = Done {
+            owner: held.owner,
             fence: held.fence,
             tool: held.tool.clone(),
             fingerprint: held.fingerprint,
