@@ -12,14 +12,14 @@ use tokio::sync::Barrier;
 
 use super::case::{Case, Subject, case};
 use super::kit::{
-    CountingProvider, Ends, Holder, RACING_CLAIMS, RefundError, Refunded, fresh_run,
-    race_for_one_key, refund_call, refund_key, refunds, within,
+    CountingProvider, Ends, Holder, RACING_CLAIMS, RefundError, Refunded, claimed, done, fresh_run,
+    race_for_one_key, refund_call, refund_key, refunds, request, within,
 };
 use idempotent_tools::records::Records;
 use idempotent_tools::{
     Error, Outcome,
     call::{Call, ConflictReason},
-    store::Store,
+    store::{ClaimAnswer, Store},
 };
 
 pub(super) fn cases() -> Vec<Case> {
@@ -48,7 +48,32 @@ pub(super) fn cases() -> Vec<Case> {
         case!(a_record_past_its_retention_is_acted_again, []),
         case!(a_purge_never_removes_a_held_claim, [PurgeJob], records),
         case!(the_action_sees_its_own_key, []),
+        case!(a_holder_completing_again_is_answered_as_the_first_time, []),
     ]
+}
+
+/// The guard tries a completion again when its reply was lost: the same
+/// holder completing again, at the same fence, is answered as the first
+/// time, and what it recorded first stands.
+async fn a_holder_completing_again_is_answered_as_the_first_time(store: Arc<dyn Store>) {
+    let run = fresh_run();
+    let key = refund_key(&run, "1182");
+    let claim = claimed(&*store, request(&key, Duration::from_secs(30))).await;
+    store.complete(&claim, done("1")).await.expect("complete");
+    store
+        .complete(&claim, done("1"))
+        .await
+        .expect("the same holder's completion, again, is accepted");
+    match store
+        .claim(request(&key, Duration::from_secs(30)))
+        .await
+        .expect("claim")
+    {
+        ClaimAnswer::Completed(record) => {
+            assert_eq!(record.value.to_json().expect("json"), "1");
+        }
+        other => panic!("expected the first result, got {other:?}"),
+    }
 }
 
 async fn concurrent_identical_calls_act_once(store: Arc<dyn Store>, callers: usize) {
