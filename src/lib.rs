@@ -178,4 +178,6 @@ pub mod guide {
     pub mod rmcp {}
     #[doc = include_str!("../guide/testing.md")]
     pub mod testing {}
+    #[doc = include_str!("../guide/transactions.md")]
+    pub mod transactions {}
 }

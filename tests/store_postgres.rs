@@ -148,6 +148,10 @@ async fn drop_schema(scope: Scope) {
 }
 
 fn main() {
+    // A child of `transactions`' kill -9 case: it writes, then is killed.
+    if let Ok(schema) = std::env::var(postgres_cases::transactions::CHILD_SCHEMA) {
+        postgres_cases::transactions::child(&schema);
+    }
     let mut trials = Suite::new(in_scope)
         .with_records()
         .requiring_env(URL)

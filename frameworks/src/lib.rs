@@ -28,4 +28,6 @@ mod guide {
     mod rmcp {}
     #[doc = include_str!("../../guide/testing.md")]
     mod testing {}
+    #[doc = include_str!("../../guide/transactions.md")]
+    mod transactions {}
 }

@@ -96,6 +96,24 @@ pub enum Error {
         key: Key,
     },
 
+    /// The action ran in a transaction on the store's database, and that
+    /// transaction was rolled back: its writes vanished with its record, so
+    /// the action did not take effect. The cause says why: the claim was
+    /// taken over after its lease expired ([`StoreError::LeaseLost`]: the
+    /// new holder's result stands), the result cannot be recorded, or the
+    /// database refused the completion or the commit. A retry acts again.
+    #[error(
+        "the action under key `{key}` was rolled back with its transaction, \
+         so it did not take effect"
+    )]
+    RolledBack {
+        /// The key the action ran under.
+        key: Key,
+        /// Why the transaction was rolled back.
+        #[source]
+        cause: StoreError,
+    },
+
     /// The outcome of an earlier call under this key is not on record: its
     /// holder stopped mid-action and the takeover policy says not to run it
     /// again, or its result could not be stored. Check with the provider,
@@ -128,6 +146,8 @@ impl Error {
     /// Whether the action ran in the call that returned this error:
     /// `Some(false)` if it did not, `Some(true)` if it ran but its result
     /// was not recorded, `None` if an earlier holder's outcome is unknown.
+    /// An action whose transaction was rolled back ([`Error::RolledBack`])
+    /// took no effect: `Some(false)`.
     ///
     /// A tool can tell its caller (or the model) the truth with it: after
     /// `Some(true)` the action must not be asked for again as if nothing

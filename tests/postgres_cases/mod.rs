@@ -20,6 +20,7 @@ mod notify;
 mod outage;
 mod round_trips;
 mod schema;
+pub mod transactions;
 
 pub fn trials() -> Vec<Trial> {
     let mut trials = crate::trials!(plain;
@@ -41,6 +42,10 @@ pub fn trials() -> Vec<Trial> {
         errors::a_server_error_names_the_statement_its_sqlstate_and_the_servers_message,
         errors::a_lock_timeout_is_unavailable_and_the_call_acts_once_the_lock_is_gone,
         outage::a_call_made_while_the_server_is_away_goes_through_once_it_is_back,
+        transactions::a_duplicate_waits_for_the_commit_and_replays_the_committed_result,
+        transactions::a_failing_action_leaves_no_write_and_a_retry_acts_once,
+        transactions::a_stale_holder_whose_claim_was_taken_over_has_its_write_rolled_back,
+        transactions::a_process_killed_between_its_write_and_its_commit_leaves_nothing_and_the_retry_acts_once,
     ));
     trials.extend(crate::trials!(always;
         errors::a_server_that_is_down_is_unavailable_and_nothing_runs,

@@ -139,6 +139,27 @@ impl Held {
         }))
     }
 
+    /// The claim held.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn claim(&self) -> &Claim {
+        &self.claim
+    }
+
+    /// Stops renewing the lease: the completion is about to be written by
+    /// other means (in the action's own transaction).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn stop_renewing(&mut self) {
+        self.renewal = None;
+    }
+
+    /// Lets the claim go without a store step: its completion committed with
+    /// the action's transaction, or the claim is no longer this holder's.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn settled(mut self) {
+        self.armed = false;
+        self.renewal = None;
+    }
+
     /// Gives the claim up without a record, so that a retry acts again. The
     /// release runs to its end even if this future is dropped.
     pub(crate) fn release(mut self) -> StoreFuture<'static, ()> {

@@ -22,7 +22,10 @@ mod rows;
 mod schema;
 mod sql;
 mod steps;
+mod transaction;
 mod wait;
+
+pub(crate) use transaction::transaction_error;
 
 pub use builder::PostgresStoreBuilder;
 pub use schema::POSTGRES_SCHEMA;
