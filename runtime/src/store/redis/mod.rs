@@ -39,6 +39,7 @@
 //! returns 0.
 
 mod builder;
+mod connection;
 mod error;
 mod inspect;
 mod listener;
@@ -50,8 +51,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
-
+use self::connection::Connection;
 use self::listener::Listener;
 use super::{
     Claim, ClaimAnswer, ClaimRequest, Forget, Record, RecordCount, RecordPage, RecordQuery,
@@ -120,7 +120,7 @@ pub struct RedisStore {
 }
 
 struct Inner {
-    connections: Vec<ConnectionManager>,
+    connections: Vec<Connection>,
     next: AtomicUsize,
     prefix: String,
     channel: String,
@@ -137,6 +137,10 @@ impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
             .field("prefix", &self.inner.prefix)
+            .field(
+                "cluster",
+                &self.inner.connections.first().is_some_and(Connection::is_cluster),
+            )
             .field("connections", &self.inner.connections.len())
             .field("replicas", &self.inner.replicas)
             .field("listening", &self.inner.listener.is_up())
@@ -157,6 +161,28 @@ impl RedisStore {
     /// A builder for a store at `url`.
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
         RedisStoreBuilder::new(url.into())
+    }
+
+    /// Connects to the Redis Cluster that `nodes` (URLs such as
+    /// `redis://10.0.0.1:6379`, one or more of the Cluster's nodes) belong
+    /// to, with the default settings. The Cluster's other nodes are found
+    /// from these; user, password and TLS are taken from the URLs.
+    pub async fn connect_cluster<I, U>(nodes: I) -> StoreResult<RedisStore>
+    where
+        I: IntoIterator<Item = U>,
+        U: Into<String>,
+    {
+        RedisStore::builder_cluster(nodes).connect().await
+    }
+
+    /// A builder for a store on the Redis Cluster that `nodes` belong to;
+    /// see [`connect_cluster`](RedisStore::connect_cluster).
+    pub fn builder_cluster<I, U>(nodes: I) -> RedisStoreBuilder
+    where
+        I: IntoIterator<Item = U>,
+        U: Into<String>,
+    {
+        RedisStoreBuilder::cluster(nodes.into_iter().map(Into::into).collect())
     }
 
     /// The prefix of this store's keys and channel.
@@ -214,7 +240,7 @@ impl Inner {
     }
 
     /// The next connection, in turn.
-    fn connection(&self) -> ConnectionManager {
+    fn connection(&self) -> Connection {
         let at = self.next.fetch_add(1, Ordering::Relaxed) % self.connections.len();
         self.connections[at].clone()
     }

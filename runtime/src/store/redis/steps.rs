@@ -30,15 +30,21 @@ use crate::{
 const DEAF_RECHECK: Duration = Duration::from_millis(100);
 
 /// Whether an error says the connection broke rather than the command
-/// failed: the server restarted, failed over or dropped the connection, or
-/// is still loading its data after a restart.
-fn is_broken_connection(err: &redis::RedisError) -> bool {
+/// failed: the server restarted, failed over or dropped the connection, is
+/// still loading its data after a restart, or the Cluster is between
+/// primaries.
+pub(super) fn is_broken_connection(err: &redis::RedisError) -> bool {
     err.is_io_error()
         || err.is_connection_dropped()
         || err.is_connection_refusal()
         || matches!(
             err.kind(),
-            ErrorKind::Server(ServerErrorKind::BusyLoading | ServerErrorKind::TryAgain)
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+            ) | ErrorKind::ClusterConnectionNotFound
         )
 }
 
@@ -80,7 +86,7 @@ impl Inner {
                     if reloads < MAX_RELOADS
                         && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
                 {
-                    self.reload(&mut connection, script).await?;
+                    self.reload(&mut connection, script, key).await?;
                     reloads += 1;
                 }
                 // The connection broke (a restart, a failover): the manager
