@@ -77,10 +77,7 @@ impl Inner {
     async fn read_all(&self) -> StoreResult<(Vec<Record>, SystemTime)> {
         let pattern = format!("{}{{*}}", glob_escape(&self.prefix));
         let mut connection = self.connection();
-        let nodes = connection
-            .primaries()
-            .await
-            .map_err(redis_error("scan"))?;
+        let nodes = connection.primaries().await.map_err(redis_error("scan"))?;
         let mut keys = Vec::new();
         // On a Cluster each primary holds its own slots: walk them all.
         for node in &nodes {

@@ -11,8 +11,9 @@
 //!
 //! On a Cluster, a classic `PUBLISH` reaches the subscribers of every node,
 //! so the listener subscribes on any one node: each session takes the next
-//! node in turn, among those the Cluster reports healthy and the ones the
-//! store was given, and moves on at once past a node that does not answer.
+//! node in turn, replicas first (they serve no claims), then primaries,
+//! then the nodes the store was given, among those the Cluster reports
+//! healthy, and moves on at once past a node that does not answer.
 //! A node that fails or leaves ends the session (every waiter wakes and
 //! looks again), and the next session subscribes on another node.
 
@@ -91,27 +92,39 @@ impl Nodes {
             Ok(Ok(reply)) => redis::from_redis_value::<String>(reply).unwrap_or_default(),
             _ => String::new(),
         };
-        let mut seen = HashSet::new();
-        let mut infos: Vec<ConnectionInfo> = healthy_nodes(&listed)
+        let turn = turn.fetch_add(1, Ordering::Relaxed);
+        let (mut replicas, mut primaries): (Vec<_>, Vec<_>) = healthy_nodes(&listed)
             .into_iter()
-            .filter_map(|(host, port)| at(settings, host, port))
+            .partition(|node| node.replica);
+        for nodes in [&mut replicas, &mut primaries] {
+            if !nodes.is_empty() {
+                let len = nodes.len();
+                nodes.rotate_left(turn % len);
+            }
+        }
+        let mut seen = HashSet::new();
+        replicas
+            .into_iter()
+            .chain(primaries)
+            .filter_map(|node| at(settings, node.host, node.port))
             .chain(seeds.iter().cloned())
             .filter(|info| seen.insert(info.addr().to_string()))
-            .collect();
-        if !infos.is_empty() {
-            let first = turn.fetch_add(1, Ordering::Relaxed) % infos.len();
-            infos.rotate_left(first);
-        }
-        infos
-            .into_iter()
             .filter_map(|info| redis::Client::open(info).ok())
             .collect()
     }
 }
 
-/// The `host:port` of every node a `CLUSTER NODES` reply lists as neither
-/// failing nor unreachable.
-fn healthy_nodes(listed: &str) -> Vec<(&str, u16)> {
+/// A node a `CLUSTER NODES` reply lists.
+#[derive(Debug, PartialEq, Eq)]
+struct Listed<'a> {
+    host: &'a str,
+    port: u16,
+    replica: bool,
+}
+
+/// Every node a `CLUSTER NODES` reply lists as neither failing nor
+/// unreachable.
+fn healthy_nodes(listed: &str) -> Vec<Listed<'_>> {
     listed
         .lines()
         .filter_map(|line| {
@@ -123,8 +136,15 @@ fn healthy_nodes(listed: &str) -> Vec<(&str, u16)> {
             let unhealthy = flags
                 .split(',')
                 .any(|flag| matches!(flag, "fail" | "fail?" | "noaddr" | "handshake"));
+            let replica = flags
+                .split(',')
+                .any(|flag| matches!(flag, "slave" | "replica"));
             let (host, port) = address.rsplit_once(':')?;
-            (!unhealthy && !host.is_empty()).then_some((host, port.parse().ok()?))
+            (!unhealthy && !host.is_empty()).then_some(Listed {
+                host,
+                port: port.parse().ok()?,
+                replica,
+            })
         })
         .collect()
 }
@@ -138,7 +158,9 @@ fn at(settings: &ConnectionInfo, host: &str, port: u16) -> Option<ConnectionInfo
             *h = host.to_owned();
             *p = port;
         }
-        ConnectionAddr::TcpTls { host: h, port: p, .. } => {
+        ConnectionAddr::TcpTls {
+            host: h, port: p, ..
+        } => {
             *h = host.to_owned();
             *p = port;
         }
@@ -231,9 +253,18 @@ d4 127.0.0.1:7003@17003 slave,fail? a1 0 0 1 connected
 e5 :0@0 slave,noaddr b2 0 0 2 disconnected
 f6 ::1:7005@17005 slave c3 0 0 3 connected
 ";
+        let node = |host, port, replica| Listed {
+            host,
+            port,
+            replica,
+        };
         assert_eq!(
             healthy_nodes(listed),
-            [("127.0.0.1", 7000), ("127.0.0.1", 7001), ("::1", 7005)]
+            [
+                node("127.0.0.1", 7000, false),
+                node("127.0.0.1", 7001, false),
+                node("::1", 7005, true)
+            ]
         );
         assert!(healthy_nodes("").is_empty());
         assert!(healthy_nodes("garbage\n\n").is_empty());
@@ -241,10 +272,9 @@ f6 ::1:7005@17005 slave c3 0 0 3 connected
 
     #[test]
     fn a_node_is_reached_with_the_settings_of_the_first() {
-        let settings = redis::IntoConnectionInfo::into_connection_info(
-            "redis://ops:secret@10.0.0.1:7000/",
-        )
-        .expect("a URL");
+        let settings =
+            redis::IntoConnectionInfo::into_connection_info("redis://ops:secret@10.0.0.1:7000/")
+                .expect("a URL");
         let moved = at(&settings, "10.0.0.9", 7009).expect("a TCP node");
         assert_eq!(moved.addr().to_string(), "10.0.0.9:7009");
         assert_eq!(moved.redis_settings().password(), Some("secret"));

@@ -20,8 +20,12 @@
 //! are a Cluster hash tag: a claim touches one key, so every step lands in
 //! one slot. Completions and releases that a waiter asked for publish the
 //! digest on `<prefix>wake`. The store connects to one server (a primary,
-//! or a proxy in front of a Cluster); it has no Cluster connection of its
-//! own yet, and the hash tags are what one would need.
+//! or a proxy in front of a Cluster) or, with
+//! [`RedisStore::builder_cluster`], to a Redis Cluster: each step is one
+//! script on one key, so it runs on the primary of that key's slot, and
+//! the Cluster connection follows redirections. Wake-ups use classic
+//! `PUBLISH`, which reaches every node, so the listener subscribes on any
+//! one node (replicas first) and moves to another when that node goes.
 //!
 //! # Leases, fences, retention
 //!
@@ -139,7 +143,11 @@ impl fmt::Debug for RedisStore {
             .field("prefix", &self.inner.prefix)
             .field(
                 "cluster",
-                &self.inner.connections.first().is_some_and(Connection::is_cluster),
+                &self
+                    .inner
+                    .connections
+                    .first()
+                    .is_some_and(Connection::is_cluster),
             )
             .field("connections", &self.inner.connections.len())
             .field("replicas", &self.inner.replicas)

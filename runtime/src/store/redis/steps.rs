@@ -67,15 +67,20 @@ impl Inner {
     ) -> StoreResult<Reply> {
         let mut connection = self.connection();
         let wait = self.replicas.filter(|_| replicate);
-        let mut pipe = redis::pipe();
-        pipe.cmd("EVALSHA")
-            .arg(&script.hash)
-            .arg(1)
-            .arg(key)
-            .arg(args);
-        if let Some((replicas, timeout)) = wait {
-            pipe.cmd("WAIT").arg(replicas).arg(millis(timeout));
-        }
+        let pipeline = |by_source: bool| {
+            let mut pipe = redis::pipe();
+            if by_source {
+                pipe.cmd("EVAL").arg(script.source);
+            } else {
+                pipe.cmd("EVALSHA").arg(&script.hash);
+            }
+            pipe.arg(1).arg(key).arg(args);
+            if let Some((replicas, timeout)) = wait {
+                pipe.cmd("WAIT").arg(replicas).arg(millis(timeout));
+            }
+            pipe
+        };
+        let mut pipe = pipeline(false);
         let mut reloads = 0;
         let mut reconnecting = Reconnecting::new(self.reconnect_within);
         let mut values: Vec<Value> = loop {
@@ -86,7 +91,17 @@ impl Inner {
                     if reloads < MAX_RELOADS
                         && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
                 {
-                    self.reload(&mut connection, script, key).await?;
+                    if connection.is_cluster() {
+                        // The node that owns the key now (a replica a
+                        // failover promoted) never loaded the script, and
+                        // the Cluster may still be telling the client so:
+                        // send the script itself, routed and redirected as
+                        // the step is, which also caches it there.
+                        self.script_loads.fetch_add(1, Ordering::Relaxed);
+                        pipe = pipeline(true);
+                    } else {
+                        self.reload(&mut connection, script, key).await?;
+                    }
                     reloads += 1;
                 }
                 // The connection broke (a restart, a failover): the manager
