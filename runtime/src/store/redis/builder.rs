@@ -4,10 +4,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::IntoConnectionInfo;
+use redis::aio::ConnectionManagerConfig;
+use redis::cluster::ClusterClientBuilder;
 
+use super::connection::Connection;
 use super::error::redis_error;
-use super::listener::Listener;
+use super::listener::{Listener, Nodes};
 use super::scripts::{SCRIPTS, Script};
 use super::{DEFAULT_PREFIX, Inner, RedisStore};
 use crate::store::durable::reconnect::DEFAULT_RECONNECT_WITHIN;
@@ -21,17 +24,34 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `connect` is awaited"]
 pub struct RedisStoreBuilder {
-    url: String,
+    target: Target,
     prefix: String,
     replicas: Option<(u32, Duration)>,
     connections: usize,
     reconnect_within: Duration,
 }
 
+/// What a builder connects to.
+#[derive(Debug, Clone)]
+enum Target {
+    /// One server, by its URL.
+    Server(String),
+    /// A Cluster, by the URLs of some of its nodes.
+    Cluster(Vec<String>),
+}
+
 impl RedisStoreBuilder {
     pub(super) fn new(url: String) -> RedisStoreBuilder {
+        RedisStoreBuilder::with(Target::Server(url))
+    }
+
+    pub(super) fn cluster(nodes: Vec<String>) -> RedisStoreBuilder {
+        RedisStoreBuilder::with(Target::Cluster(nodes))
+    }
+
+    fn with(target: Target) -> RedisStoreBuilder {
         RedisStoreBuilder {
-            url,
+            target,
             prefix: DEFAULT_PREFIX.to_owned(),
             replicas: None,
             connections: 1,
@@ -90,30 +110,20 @@ impl RedisStoreBuilder {
     /// [`StoreError::Unavailable`] if the server cannot be reached, and with
     /// [`StoreError::Backend`] for a URL it cannot read.
     pub async fn connect(self) -> StoreResult<RedisStore> {
-        let client = redis::Client::open(self.url.as_str()).map_err(redis_error("connect"))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(TIMEOUT))
-            .set_response_timeout(Some(TIMEOUT))
-            .set_number_of_retries(1);
-        let mut connections = Vec::with_capacity(self.connections);
-        for _ in 0..self.connections {
-            connections.push(
-                client
-                    .get_connection_manager_with_config(config.clone())
-                    .await
-                    .map_err(redis_error("connect"))?,
-            );
-        }
+        let (connections, nodes) = match &self.target {
+            Target::Server(url) => self.connect_server(url).await?,
+            Target::Cluster(urls) => self.connect_cluster(urls).await?,
+        };
         let mut first = connections[0].clone();
         for script in SCRIPTS.all() {
-            load(&mut first, script).await?;
+            load(&mut first, script, None).await?;
         }
         let eviction_policy = eviction_policy(&mut first).await;
         if let Some(policy) = eviction_policy.as_deref() {
             warn_if_evicting(policy);
         }
         let channel = format!("{}wake", self.prefix);
-        let listener = Listener::new(client, channel.clone());
+        let listener = Listener::new(nodes, channel.clone());
         let store = RedisStore {
             inner: Arc::new(Inner {
                 connections,
@@ -133,15 +143,76 @@ impl RedisStoreBuilder {
         store.inner.listener.up().await;
         Ok(store)
     }
+
+    /// Connection managers to one server, and how the listener reaches it.
+    async fn connect_server(&self, url: &str) -> StoreResult<(Vec<Connection>, Nodes)> {
+        let client = redis::Client::open(url).map_err(redis_error("connect"))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(TIMEOUT))
+            .set_response_timeout(Some(TIMEOUT))
+            .set_number_of_retries(1);
+        let mut connections = Vec::with_capacity(self.connections);
+        for _ in 0..self.connections {
+            let manager = client
+                .get_connection_manager_with_config(config.clone())
+                .await
+                .map_err(redis_error("connect"))?;
+            connections.push(Connection::Server(manager));
+        }
+        Ok((connections, Nodes::Server(client)))
+    }
+
+    /// Cluster connections, and how the listener reaches a node.
+    async fn connect_cluster(&self, urls: &[String]) -> StoreResult<(Vec<Connection>, Nodes)> {
+        let seeds = urls
+            .iter()
+            .map(|url| url.as_str().into_connection_info())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(redis_error("connect"))?;
+        if seeds.is_empty() {
+            return Err(StoreError::Backend(Box::new(NoNodes)));
+        }
+        let client = ClusterClientBuilder::new(seeds.clone())
+            .connection_timeout(TIMEOUT)
+            .response_timeout(TIMEOUT)
+            .build()
+            .map_err(redis_error("connect"))?;
+        let first = client
+            .get_async_connection()
+            .await
+            .map_err(redis_error("connect"))?;
+        let mut connections = vec![Connection::Cluster(first.clone())];
+        for _ in 1..self.connections {
+            let connection = client
+                .get_async_connection()
+                .await
+                .map_err(redis_error("connect"))?;
+            connections.push(Connection::Cluster(connection));
+        }
+        Ok((connections, Nodes::cluster(seeds, first)))
+    }
 }
 
-/// Loads one script into the server's script cache.
-pub(super) async fn load(connection: &mut ConnectionManager, script: &Script) -> StoreResult<()> {
-    let hash: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(script.source)
-        .query_async(connection)
-        .await
+/// A Cluster named by no node at all.
+#[derive(Debug, thiserror::Error)]
+#[error("a Redis Cluster store needs the URL of at least one of the Cluster's nodes")]
+struct NoNodes;
+
+/// Loads one script into the server's script cache: on a Cluster, on
+/// the primary of `key`'s slot, or on every primary without a key.
+pub(super) async fn load(
+    connection: &mut Connection,
+    script: &Script,
+    key: Option<&str>,
+) -> StoreResult<()> {
+    let mut cmd = redis::cmd("SCRIPT");
+    cmd.arg("LOAD").arg(script.source);
+    let reply = match key {
+        Some(key) => connection.query_at(cmd, key).await,
+        None => cmd.query_async(connection).await,
+    };
+    let hash: String = reply
+        .and_then(|reply| redis::from_redis_value(reply).map_err(Into::into))
         .map_err(redis_error("script load"))?;
     if hash != script.hash {
         return Err(StoreError::Corrupt(format!(
@@ -153,19 +224,22 @@ pub(super) async fn load(connection: &mut ConnectionManager, script: &Script) ->
 }
 
 impl Inner {
-    /// Loads a script the server forgot.
+    /// Loads a script the server forgot, where the record at `key` lives
+    /// (on a Cluster, a replica promoted by a failover may never have
+    /// loaded it).
     pub(super) async fn reload(
         &self,
-        connection: &mut ConnectionManager,
+        connection: &mut Connection,
         script: &Script,
+        key: &str,
     ) -> StoreResult<()> {
         self.script_loads.fetch_add(1, Ordering::Relaxed);
-        load(connection, script).await
+        load(connection, script, Some(key)).await
     }
 }
 
 /// The server's `maxmemory-policy`, or `None` if it will not say.
-async fn eviction_policy(connection: &mut ConnectionManager) -> Option<String> {
+async fn eviction_policy(connection: &mut Connection) -> Option<String> {
     let reply: Vec<String> = redis::cmd("CONFIG")
         .arg("GET")
         .arg("maxmemory-policy")

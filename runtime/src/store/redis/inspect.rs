@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redis::{ErrorKind, ServerErrorKind, Value};
 
 use super::Inner;
+use super::connection::Connection;
 use super::error::{corrupt, redis_error};
 use super::scripts::{MAX_RELOADS, SCRIPTS};
 use super::steps::parse;
@@ -76,25 +77,31 @@ impl Inner {
     async fn read_all(&self) -> StoreResult<(Vec<Record>, SystemTime)> {
         let pattern = format!("{}{{*}}", glob_escape(&self.prefix));
         let mut connection = self.connection();
-        let mut cursor = 0u64;
+        let nodes = connection.primaries().await.map_err(redis_error("scan"))?;
         let mut keys = Vec::new();
-        loop {
-            self.round_trips
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(BATCH)
-                .query_async(&mut connection)
-                .await
-                .map_err(redis_error("scan"))?;
-            keys.extend(batch);
-            if next == 0 {
-                break;
+        // On a Cluster each primary holds its own slots: walk them all.
+        for node in &nodes {
+            let mut cursor = 0u64;
+            loop {
+                self.round_trips
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(BATCH);
+                let (next, batch): (u64, Vec<String>) = connection
+                    .query_on(scan, node)
+                    .await
+                    .and_then(|reply| redis::from_redis_value(reply).map_err(Into::into))
+                    .map_err(redis_error("scan"))?;
+                keys.extend(batch);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            cursor = next;
         }
         // SCAN may return a key twice.
         keys.sort();
@@ -110,32 +117,56 @@ impl Inner {
         Ok((records, now))
     }
 
-    /// Reads records by their Redis keys, in one round trip; `None` for a
-    /// key that is gone.
+    /// Reads records by their Redis keys, in one round trip (on a Cluster,
+    /// one per key, all sent at once: a pipeline stays within one slot);
+    /// `None` for a key that is gone.
     async fn read(&self, keys: &[String]) -> StoreResult<Vec<Option<(Record, SystemTime)>>> {
+        let connection = self.connection();
+        let replies = if connection.is_cluster() {
+            let reads = keys
+                .iter()
+                .map(|key| self.read_in_one_trip(connection.clone(), std::slice::from_ref(key)));
+            futures_util::future::try_join_all(reads)
+                .await?
+                .into_iter()
+                .flatten()
+                .collect()
+        } else {
+            self.read_in_one_trip(connection, keys).await?
+        };
+        replies.into_iter().map(decode).collect()
+    }
+
+    /// Reads the records at `keys` (all on one node) in one pipeline.
+    async fn read_in_one_trip(
+        &self,
+        mut connection: Connection,
+        keys: &[String],
+    ) -> StoreResult<Vec<Value>> {
         let script = &SCRIPTS.read;
         let mut pipe = redis::pipe();
         for key in keys {
             pipe.cmd("EVALSHA").arg(&script.hash).arg(1).arg(key);
         }
-        let mut connection = self.connection();
         let mut reloads = 0;
-        let replies: Vec<Value> = loop {
+        loop {
             self.round_trips
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             match pipe.query_async(&mut connection).await {
-                Ok(replies) => break replies,
+                Ok(replies) => return Ok(replies),
                 Err(err)
                     if reloads < MAX_RELOADS
                         && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
                 {
-                    self.reload(&mut connection, script).await?;
+                    let Some(key) = keys.first() else {
+                        return Ok(Vec::new());
+                    };
+                    self.reload(&mut connection, script, key).await?;
                     reloads += 1;
                 }
                 Err(err) => return Err(redis_error(script.name)(err)),
             }
-        };
-        replies.into_iter().map(decode).collect()
+        }
     }
 }
 

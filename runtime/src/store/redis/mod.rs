@@ -20,8 +20,12 @@
 //! are a Cluster hash tag: a claim touches one key, so every step lands in
 //! one slot. Completions and releases that a waiter asked for publish the
 //! digest on `<prefix>wake`. The store connects to one server (a primary,
-//! or a proxy in front of a Cluster); it has no Cluster connection of its
-//! own yet, and the hash tags are what one would need.
+//! or a proxy in front of a Cluster) or, with
+//! [`RedisStore::builder_cluster`], to a Redis Cluster: each step is one
+//! script on one key, so it runs on the primary of that key's slot, and
+//! the Cluster connection follows redirections. Wake-ups use classic
+//! `PUBLISH`, which reaches every node, so the listener subscribes on any
+//! one node (replicas first) and moves to another when that node goes.
 //!
 //! # Leases, fences, retention
 //!
@@ -39,6 +43,7 @@
 //! returns 0.
 
 mod builder;
+mod connection;
 mod error;
 mod inspect;
 mod listener;
@@ -50,8 +55,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
-
+use self::connection::Connection;
 use self::listener::Listener;
 use super::{
     Claim, ClaimAnswer, ClaimRequest, Forget, Record, RecordCount, RecordPage, RecordQuery,
@@ -120,7 +124,7 @@ pub struct RedisStore {
 }
 
 struct Inner {
-    connections: Vec<ConnectionManager>,
+    connections: Vec<Connection>,
     next: AtomicUsize,
     prefix: String,
     channel: String,
@@ -137,6 +141,14 @@ impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
             .field("prefix", &self.inner.prefix)
+            .field(
+                "cluster",
+                &self
+                    .inner
+                    .connections
+                    .first()
+                    .is_some_and(Connection::is_cluster),
+            )
             .field("connections", &self.inner.connections.len())
             .field("replicas", &self.inner.replicas)
             .field("listening", &self.inner.listener.is_up())
@@ -157,6 +169,28 @@ impl RedisStore {
     /// A builder for a store at `url`.
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
         RedisStoreBuilder::new(url.into())
+    }
+
+    /// Connects to the Redis Cluster that `nodes` (URLs such as
+    /// `redis://10.0.0.1:6379`, one or more of the Cluster's nodes) belong
+    /// to, with the default settings. The Cluster's other nodes are found
+    /// from these; user, password and TLS are taken from the URLs.
+    pub async fn connect_cluster<I, U>(nodes: I) -> StoreResult<RedisStore>
+    where
+        I: IntoIterator<Item = U>,
+        U: Into<String>,
+    {
+        RedisStore::builder_cluster(nodes).connect().await
+    }
+
+    /// A builder for a store on the Redis Cluster that `nodes` belong to;
+    /// see [`connect_cluster`](RedisStore::connect_cluster).
+    pub fn builder_cluster<I, U>(nodes: I) -> RedisStoreBuilder
+    where
+        I: IntoIterator<Item = U>,
+        U: Into<String>,
+    {
+        RedisStoreBuilder::cluster(nodes.into_iter().map(Into::into).collect())
     }
 
     /// The prefix of this store's keys and channel.
@@ -214,7 +248,7 @@ impl Inner {
     }
 
     /// The next connection, in turn.
-    fn connection(&self) -> ConnectionManager {
+    fn connection(&self) -> Connection {
         let at = self.next.fetch_add(1, Ordering::Relaxed) % self.connections.len();
         self.connections[at].clone()
     }

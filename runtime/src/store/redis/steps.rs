@@ -30,15 +30,21 @@ use crate::{
 const DEAF_RECHECK: Duration = Duration::from_millis(100);
 
 /// Whether an error says the connection broke rather than the command
-/// failed: the server restarted, failed over or dropped the connection, or
-/// is still loading its data after a restart.
-fn is_broken_connection(err: &redis::RedisError) -> bool {
+/// failed: the server restarted, failed over or dropped the connection, is
+/// still loading its data after a restart, or the Cluster is between
+/// primaries.
+pub(super) fn is_broken_connection(err: &redis::RedisError) -> bool {
     err.is_io_error()
         || err.is_connection_dropped()
         || err.is_connection_refusal()
         || matches!(
             err.kind(),
-            ErrorKind::Server(ServerErrorKind::BusyLoading | ServerErrorKind::TryAgain)
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+            ) | ErrorKind::ClusterConnectionNotFound
         )
 }
 
@@ -61,15 +67,20 @@ impl Inner {
     ) -> StoreResult<Reply> {
         let mut connection = self.connection();
         let wait = self.replicas.filter(|_| replicate);
-        let mut pipe = redis::pipe();
-        pipe.cmd("EVALSHA")
-            .arg(&script.hash)
-            .arg(1)
-            .arg(key)
-            .arg(args);
-        if let Some((replicas, timeout)) = wait {
-            pipe.cmd("WAIT").arg(replicas).arg(millis(timeout));
-        }
+        let pipeline = |by_source: bool| {
+            let mut pipe = redis::pipe();
+            if by_source {
+                pipe.cmd("EVAL").arg(script.source);
+            } else {
+                pipe.cmd("EVALSHA").arg(&script.hash);
+            }
+            pipe.arg(1).arg(key).arg(args);
+            if let Some((replicas, timeout)) = wait {
+                pipe.cmd("WAIT").arg(replicas).arg(millis(timeout));
+            }
+            pipe
+        };
+        let mut pipe = pipeline(false);
         let mut reloads = 0;
         let mut reconnecting = Reconnecting::new(self.reconnect_within);
         let mut values: Vec<Value> = loop {
@@ -80,7 +91,17 @@ impl Inner {
                     if reloads < MAX_RELOADS
                         && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
                 {
-                    self.reload(&mut connection, script).await?;
+                    if connection.is_cluster() {
+                        // The node that owns the key now (a replica a
+                        // failover promoted) never loaded the script, and
+                        // the Cluster may still be telling the client so:
+                        // send the script itself, routed and redirected as
+                        // the step is, which also caches it there.
+                        self.script_loads.fetch_add(1, Ordering::Relaxed);
+                        pipe = pipeline(true);
+                    } else {
+                        self.reload(&mut connection, script, key).await?;
+                    }
                     reloads += 1;
                 }
                 // The connection broke (a restart, a failover): the manager
