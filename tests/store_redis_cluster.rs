@@ -488,16 +488,8 @@ fn main() {
         .trials();
     trials.extend(trials!(NODES;
         the_listener_moves_to_another_node_when_its_node_dies,
+        a_failover_under_load_does_nothing_twice_and_loses_no_call,
     ));
-    // Ignored until it passes every run: most runs, the store's Cluster
-    // connection stalls on the failed-over slots after `CLUSTER FAILOVER`
-    // (every step times out while the cluster reports itself healthy). Run
-    // it with `--include-ignored`.
-    trials.extend(
-        trials!(NODES; a_failover_under_load_does_nothing_twice_and_loses_no_call)
-            .into_iter()
-            .map(|trial| trial.with_ignored_flag(true)),
-    );
     let conclusion = libtest_mimic::run(&args, trials);
     drop(cluster);
     conclusion.exit()

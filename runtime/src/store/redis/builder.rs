@@ -8,7 +8,7 @@ use redis::IntoConnectionInfo;
 use redis::aio::ConnectionManagerConfig;
 use redis::cluster::ClusterClientBuilder;
 
-use super::connection::Connection;
+use super::connection::{Cluster, Connection};
 use super::error::redis_error;
 use super::listener::{Listener, Nodes};
 use super::scripts::{SCRIPTS, Script};
@@ -177,18 +177,16 @@ impl RedisStoreBuilder {
             .response_timeout(TIMEOUT)
             .build()
             .map_err(redis_error("connect"))?;
-        let first = client
-            .get_async_connection()
-            .await
-            .map_err(redis_error("connect"))?;
-        let mut connections = vec![Connection::Cluster(first.clone())];
-        for _ in 1..self.connections {
+        let mut connections = Vec::with_capacity(self.connections);
+        for _ in 0..self.connections.max(1) {
             let connection = client
                 .get_async_connection()
                 .await
                 .map_err(redis_error("connect"))?;
-            connections.push(Connection::Cluster(connection));
+            connections.push(Cluster::new(client.clone(), connection));
         }
+        let first = connections[0].clone();
+        let connections = connections.into_iter().map(Connection::Cluster).collect();
         Ok((connections, Nodes::cluster(seeds, first)))
     }
 }

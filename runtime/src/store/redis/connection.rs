@@ -3,8 +3,16 @@
 //! command to the primary of its key's slot. The steps are written once,
 //! against [`Connection`]; what differs (where a script is loaded, which
 //! nodes a `SCAN` walks) is here.
+//!
+//! A Cluster connection is renewed when a step finds it broken: after a
+//! failover, redis-rs's Cluster connection can stop answering every slot
+//! (each command times out) while a new one, from the same client, routes
+//! at once. The steps then go on over the new connection.
+
+use std::sync::{Arc, Mutex, PoisonError};
 
 use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{
     MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
@@ -19,7 +27,60 @@ pub(super) enum Connection {
     Server(ConnectionManager),
     /// A Redis Cluster: commands go to the primary of their key's slot,
     /// and redirections and failovers are followed.
-    Cluster(ClusterConnection),
+    Cluster(Cluster),
+}
+
+/// A Cluster connection that can be renewed, shared by every clone: the
+/// client that makes it, and the connection in use with its generation.
+#[derive(Clone)]
+pub(super) struct Cluster {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    client: ClusterClient,
+    current: Mutex<(u64, ClusterConnection)>,
+}
+
+impl Cluster {
+    pub(super) fn new(client: ClusterClient, connection: ClusterConnection) -> Cluster {
+        Cluster {
+            shared: Arc::new(Shared {
+                client,
+                current: Mutex::new((0, connection)),
+            }),
+        }
+    }
+
+    /// The connection in use, and its generation.
+    pub(super) fn current(&self) -> (u64, ClusterConnection) {
+        let current = self
+            .shared
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        (current.0, current.1.clone())
+    }
+
+    /// Replaces the connection of generation `broken` with a new one, unless
+    /// another step has already done so. A new connection that cannot be
+    /// made leaves the old one; the step's next try comes back here.
+    pub(super) async fn renew(&self, broken: u64) {
+        if self.current().0 != broken {
+            return;
+        }
+        let Ok(fresh) = self.shared.client.get_async_connection().await else {
+            return;
+        };
+        let mut current = self
+            .shared
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if current.0 == broken {
+            *current = (broken + 1, fresh);
+        }
+    }
 }
 
 /// Where one `SCAN` walk runs: the one server, or one Cluster primary by
@@ -43,15 +104,34 @@ impl Connection {
         matches!(self, Connection::Cluster(_))
     }
 
+    /// The generation of the connection a step is about to use, to name it
+    /// to [`Connection::renew`] if it turns out broken.
+    pub(super) fn generation(&self) -> u64 {
+        match self {
+            Connection::Server(_) => 0,
+            Connection::Cluster(cluster) => cluster.current().0,
+        }
+    }
+
+    /// After a broken step: a Cluster connection of generation `broken` is
+    /// replaced; one server's connection manager reconnects by itself.
+    pub(super) async fn renew(&self, broken: u64) {
+        if let Connection::Cluster(cluster) = self {
+            cluster.renew(broken).await;
+        }
+    }
+
     /// Runs `cmd` where the record at `key` lives: on the server, or on
     /// the primary of the key's slot (a command with no key of its own,
     /// such as `SCRIPT LOAD`, would otherwise go to every primary).
     pub(super) async fn query_at(&mut self, cmd: Cmd, key: &str) -> RedisResult<Value> {
         match self {
             Connection::Server(connection) => connection.req_packed_command(&cmd).await,
-            Connection::Cluster(connection) => {
+            Connection::Cluster(cluster) => {
                 let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
-                connection
+                cluster
+                    .current()
+                    .1
                     .route_command(
                         cmd,
                         RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
@@ -64,9 +144,9 @@ impl Connection {
     /// The nodes that together hold every key: the server, or each
     /// Cluster primary.
     pub(super) async fn primaries(&mut self) -> RedisResult<Vec<Node>> {
-        let connection = match self {
+        let mut connection = match self {
             Connection::Server(_) => return Ok(vec![Node::Server]),
-            Connection::Cluster(connection) => connection,
+            Connection::Cluster(cluster) => cluster.current().1,
         };
         // With no policy to merge the answers, the Cluster connection
         // answers with a map from each primary's address to its reply.
@@ -100,8 +180,10 @@ impl Connection {
     /// Runs `cmd` (a `SCAN`) on `node`.
     pub(super) async fn query_on(&mut self, cmd: Cmd, node: &Node) -> RedisResult<Value> {
         match (self, node) {
-            (Connection::Cluster(connection), Node::Primary { host, port }) => {
-                connection
+            (Connection::Cluster(cluster), Node::Primary { host, port }) => {
+                cluster
+                    .current()
+                    .1
                     .route_command(
                         cmd,
                         RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
@@ -129,7 +211,10 @@ impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Connection::Server(connection) => connection.req_packed_command(cmd),
-            Connection::Cluster(connection) => connection.req_packed_command(cmd),
+            Connection::Cluster(cluster) => {
+                let mut connection = cluster.current().1;
+                Box::pin(async move { connection.req_packed_command(cmd).await })
+            }
         }
     }
 
@@ -143,8 +228,13 @@ impl ConnectionLike for Connection {
             Connection::Server(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
-            Connection::Cluster(connection) => {
-                connection.req_packed_commands(pipeline, offset, count)
+            Connection::Cluster(cluster) => {
+                let mut connection = cluster.current().1;
+                Box::pin(async move {
+                    connection
+                        .req_packed_commands(pipeline, offset, count)
+                        .await
+                })
             }
         }
     }
@@ -152,7 +242,7 @@ impl ConnectionLike for Connection {
     fn get_db(&self) -> i64 {
         match self {
             Connection::Server(connection) => connection.get_db(),
-            Connection::Cluster(connection) => connection.get_db(),
+            Connection::Cluster(cluster) => cluster.current().1.get_db(),
         }
     }
 }

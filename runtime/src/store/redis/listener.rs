@@ -24,8 +24,9 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+
+use super::connection::Cluster;
 use redis::{ConnectionAddr, ConnectionInfo};
 use tokio::sync::watch;
 
@@ -51,14 +52,14 @@ pub(super) enum Nodes {
         /// password, TLS) for every node.
         seeds: Vec<ConnectionInfo>,
         /// For asking the Cluster which nodes it has now.
-        cluster: ClusterConnection,
+        cluster: Cluster,
         /// Which node the next session tries first.
         turn: AtomicUsize,
     },
 }
 
 impl Nodes {
-    pub(super) fn cluster(seeds: Vec<ConnectionInfo>, cluster: ClusterConnection) -> Nodes {
+    pub(super) fn cluster(seeds: Vec<ConnectionInfo>, cluster: Cluster) -> Nodes {
         Nodes::Cluster {
             seeds,
             cluster,
@@ -79,10 +80,10 @@ impl Nodes {
         let Some(settings) = seeds.first() else {
             return Vec::new();
         };
-        let mut cluster = cluster.clone();
+        let (generation, mut connection) = cluster.current();
         let listed = tokio::time::timeout(
             CONNECT_TIMEOUT,
-            cluster.route_command(
+            connection.route_command(
                 redis::cmd("CLUSTER").arg("NODES").clone(),
                 RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
             ),
@@ -90,7 +91,12 @@ impl Nodes {
         .await;
         let listed = match listed {
             Ok(Ok(reply)) => redis::from_redis_value::<String>(reply).unwrap_or_default(),
-            _ => String::new(),
+            // The connection is renewed for the next session; this one
+            // tries the nodes it was given.
+            _ => {
+                cluster.renew(generation).await;
+                String::new()
+            }
         };
         let turn = turn.fetch_add(1, Ordering::Relaxed);
         let (mut replicas, mut primaries): (Vec<_>, Vec<_>) = healthy_nodes(&listed)

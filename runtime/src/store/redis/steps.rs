@@ -85,6 +85,7 @@ impl Inner {
         let mut reconnecting = Reconnecting::new(self.reconnect_within);
         let mut values: Vec<Value> = loop {
             self.round_trips.fetch_add(1, Ordering::Relaxed);
+            let generation = connection.generation();
             match pipe.query_async(&mut connection).await {
                 Ok(values) => break values,
                 Err(err)
@@ -106,7 +107,9 @@ impl Inner {
                 }
                 // The connection broke (a restart, a failover): the manager
                 // reconnects, and the step, safe to repeat, goes again.
-                Err(err) if is_broken_connection(&err) && reconnecting.again().await => {}
+                Err(err) if is_broken_connection(&err) && reconnecting.again().await => {
+                    connection.renew(generation).await;
+                }
                 Err(err) => return Err(redis_error(script.name)(err)),
             }
         };
