@@ -178,7 +178,10 @@ pub async fn a_failing_action_leaves_no_write_and_a_retry_acts_once() {
         })
         .await;
     assert!(matches!(failed, Err(CreditError::Refused)), "{failed:?}");
-    assert!(cents(&path).is_empty(), "the failed action's write rolled back");
+    assert!(
+        cents(&path).is_empty(),
+        "the failed action's write rolled back"
+    );
     let acted = Arc::new(AtomicUsize::new(0));
     let retry = issue_credit(&store, key, &acted)
         .await
@@ -217,7 +220,11 @@ pub async fn a_call_dropped_before_its_commit_leaves_nothing_and_the_retry_acts_
     assert!(matches!(retry, Outcome::Fresh { value: 42 }), "{retry:?}");
     assert_eq!(dropped_acted.load(Ordering::SeqCst), 1);
     assert_eq!(acted.load(Ordering::SeqCst), 1);
-    assert_eq!(cents(&path), vec![42], "the dropped call's write rolled back");
+    assert_eq!(
+        cents(&path),
+        vec![42],
+        "the dropped call's write rolled back"
+    );
 }
 
 /// Stops the thread that emits the guard's `claimed` event until `go` says
@@ -303,9 +310,17 @@ pub async fn a_stale_holder_whose_claim_was_taken_over_has_its_write_rolled_back
         }
         other => panic!("the stale holder's transaction must roll back, got {other:?}"),
     }
-    assert_eq!(stale_acted.load(Ordering::SeqCst), 1, "the stale holder wrote");
+    assert_eq!(
+        stale_acted.load(Ordering::SeqCst),
+        1,
+        "the stale holder wrote"
+    );
     assert_eq!(acted.load(Ordering::SeqCst), 1);
-    assert_eq!(cents(&path), vec![42], "only the new holder's credit committed");
+    assert_eq!(
+        cents(&path),
+        vec![42],
+        "only the new holder's credit committed"
+    );
 }
 
 pub async fn a_process_killed_between_its_write_and_its_commit_leaves_nothing_and_the_retry_acts_once()
@@ -338,7 +353,11 @@ pub async fn a_process_killed_between_its_write_and_its_commit_leaves_nothing_an
         .expect("the retry takes over once the lease runs out, and acts");
     assert!(matches!(retry, Outcome::Fresh { value: 42 }), "{retry:?}");
     assert_eq!(acted.load(Ordering::SeqCst), 1);
-    assert_eq!(cents(&path), vec![42], "the killed child's write never committed");
+    assert_eq!(
+        cents(&path),
+        vec![42],
+        "the killed child's write never committed"
+    );
 }
 
 /// The child: claims the key, writes its credit, says so, and waits to be
