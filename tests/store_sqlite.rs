@@ -4,6 +4,7 @@
 //! file that six processes create at once, schema versions).
 
 mod harness;
+mod sqlite_cases;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -206,6 +207,10 @@ fn opening_without_create_refuses_a_file_without_the_schema() {
 }
 
 fn main() {
+    // A child of `transactions`' kill -9 case: it writes, then is killed.
+    if let Ok(path) = std::env::var(sqlite_cases::transactions::CHILD_FILE) {
+        sqlite_cases::transactions::child(&path);
+    }
     let mut trials = Suite::new(in_scope)
         .with_records()
         .racing_callers(200)
@@ -216,6 +221,11 @@ fn main() {
         a_database_locked_past_the_busy_timeout_is_unavailable_and_nothing_runs,
         measured_latency_of_a_guarded_call_on_a_local_file,
         a_version_1_file_is_upgraded_in_place_and_keeps_its_records,
+        sqlite_cases::transactions::a_duplicate_waits_for_the_commit_and_replays_the_committed_result,
+        sqlite_cases::transactions::a_failing_action_leaves_no_write_and_a_retry_acts_once,
+        sqlite_cases::transactions::a_call_dropped_before_its_commit_leaves_nothing_and_the_retry_acts_once,
+        sqlite_cases::transactions::a_stale_holder_whose_claim_was_taken_over_has_its_write_rolled_back,
+        sqlite_cases::transactions::a_process_killed_between_its_write_and_its_commit_leaves_nothing_and_the_retry_acts_once,
     ));
     trials.extend(trials!(plain;
         a_file_that_cannot_be_opened_is_a_typed_error,

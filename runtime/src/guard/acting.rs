@@ -55,27 +55,27 @@ impl Acting {
 
     /// The claim held, for a completion written in the action's own
     /// transaction.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
     pub(super) fn claim(&self) -> &crate::store::Claim {
         self.held.claim()
     }
 
     /// The tool acting.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
     pub(super) fn tool(&self) -> &ToolId {
         &self.tool
     }
 
     /// Stops renewing the lease, before the completion in the action's
     /// transaction.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
     pub(super) fn stop_renewing(&mut self) {
         self.held.stop_renewing();
     }
 
     /// The completion committed with the action's transaction (or the claim
     /// was lost): nothing is left to release.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
     pub(super) fn settled(self) {
         self.held.settled();
     }

@@ -140,21 +140,21 @@ impl Held {
     }
 
     /// The claim held.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
     pub(crate) fn claim(&self) -> &Claim {
         &self.claim
     }
 
     /// Stops renewing the lease: the completion is about to be written by
     /// other means (in the action's own transaction).
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
     pub(crate) fn stop_renewing(&mut self) {
         self.renewal = None;
     }
 
     /// Lets the claim go without a store step: its completion committed with
     /// the action's transaction, or the claim is no longer this holder's.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
     pub(crate) fn settled(mut self) {
         self.armed = false;
         self.renewal = None;

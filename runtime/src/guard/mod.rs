@@ -12,7 +12,7 @@ mod call;
 mod claim;
 mod drive;
 mod held;
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod transaction;
 
 use std::any::Any;
@@ -23,8 +23,8 @@ use crate::{MemoryStore, store::Store};
 pub use active::current_key;
 pub use call::Call;
 pub(crate) use drive::{ErrorCodec, drive};
-#[cfg(feature = "postgres")]
-pub use transaction::TransactionFuture;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub use transaction::{TransactionFuture, TransactionalStore};
 
 /// The memory store, if `store` is one. Its steps are ready as soon as they
 /// are asked, so the guard calls it inline and reads a replay in place: a

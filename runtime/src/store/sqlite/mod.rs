@@ -5,6 +5,8 @@
 //! - `sql`: the statements, as SQL;
 //! - `steps`: each step of a claim, run on the blocking pool;
 //! - `rows`: reading rows back;
+//! - `transaction`: a call whose completion commits in the action's own
+//!   transaction;
 //! - `error`: SQLite's errors, sorted.
 
 use std::fmt;
@@ -18,8 +20,10 @@ mod open;
 mod rows;
 mod sql;
 mod steps;
+mod transaction;
 
 pub use open::SqliteStoreBuilder;
+pub(crate) use transaction::Ended;
 
 #[cfg(doc)]
 use super::StoreError;

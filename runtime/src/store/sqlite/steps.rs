@@ -58,7 +58,7 @@ impl Inner {
             .map_err(store_error)
     }
 
-    fn settle(&self) {
+    pub(super) fn settle(&self) {
         self.settled.send_modify(|n| *n = n.wrapping_add(1));
     }
 
