@@ -63,6 +63,9 @@ pub enum CliError {
         #[source]
         source: url::ParseError,
     },
+    /// A `redis+cluster://` URL names no node.
+    #[error("the Redis Cluster URL names no node")]
+    NoClusterNodes,
     /// The database holds none of this library's schema.
     #[error("the database at `{store}` holds no idempotent-tools schema")]
     MissingSchema {
@@ -133,6 +136,7 @@ impl CliError {
             | CliError::NoFile(_)
             | CliError::BadUrl { .. }
             | CliError::BadRedisUrl { .. }
+            | CliError::NoClusterNodes
             | CliError::MissingSchema { .. }
             | CliError::AmbiguousDigest { .. }
             | CliError::BadDigest(_)
@@ -148,8 +152,8 @@ impl CliError {
     pub fn help(&self) -> Option<String> {
         let help = match self {
             CliError::NoStore | CliError::UnknownScheme { .. } => {
-                "give `--store` (or IDEMPOTENT_STORE) a SQLite file path, a postgres:// URL \
-                 or a redis:// URL, such as `--store /var/lib/shop/claims.db`, \
+                "give `--store` (or IDEMPOTENT_STORE) a SQLite file path, a postgres:// URL, \
+                 a redis:// URL or a redis+cluster:// URL, such as `--store /var/lib/shop/claims.db`, \
                  `--store postgres://app@db.internal/app` or \
                  `--store redis://cache.internal/2?prefix=shop:idempotent:`"
                     .into()
@@ -163,6 +167,10 @@ impl CliError {
             CliError::BadRedisUrl { .. } => "write it as \
                 redis://[USER][:PASSWORD@]HOST[:PORT][/DB][?prefix=PREFIX], with the prefix the \
                 application's `RedisStore` was built with"
+                .into(),
+            CliError::NoClusterNodes => "write it as \
+                redis+cluster://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][?prefix=PREFIX], with \
+                one or more of the Cluster's nodes"
                 .into(),
             CliError::MissingSchema { .. } => "point `--store` at the database the application \
                 uses; the application creates the schema (`SqliteStore::open`, \

@@ -53,9 +53,11 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "idempotent-tools", version, after_long_help = EXAMPLE)]
 struct Cli {
-    /// The store: a SQLite file path (or sqlite://PATH), a postgres:// URL, or
-    /// a redis:// URL whose `prefix` parameter is the store's prefix
-    /// (redis://HOST/DB?prefix=shop:idempotent:; `idempotent:` without it).
+    /// The store: a SQLite file path (or sqlite://PATH), a postgres:// URL, a
+    /// redis:// URL whose `prefix` parameter is the store's prefix
+    /// (redis://HOST/DB?prefix=shop:idempotent:; `idempotent:` without it),
+    /// or a Redis Cluster by some of its nodes
+    /// (redis+cluster://HOST:PORT,HOST:PORT?prefix=shop:idempotent:).
     #[arg(
         long,
         short,
@@ -196,7 +198,7 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<(), CliError> {
     let target = Target::parse(cli.store.as_deref().unwrap_or_default())?;
-    let by_expiry = matches!(target, Target::Redis { .. });
+    let by_expiry = matches!(target, Target::Redis { .. } | Target::RedisCluster { .. });
     let store = target.open().await?;
     let out = &mut io::stdout().lock();
     match cli.command {

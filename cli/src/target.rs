@@ -29,6 +29,14 @@ pub enum Target {
         /// The prefix the application's `RedisStore` was built with.
         prefix: String,
     },
+    /// A Redis Cluster, by the URLs of some of its nodes (each without the
+    /// `prefix` parameter), and the prefix of the store's keys.
+    RedisCluster {
+        /// The nodes' URLs.
+        nodes: Vec<String>,
+        /// The prefix the application's `RedisStore` was built with.
+        prefix: String,
+    },
 }
 
 impl Target {
@@ -47,6 +55,7 @@ impl Target {
             "postgres" | "postgresql" => Ok(Target::Postgres(text.to_owned())),
             "sqlite" => Ok(Target::Sqlite(PathBuf::from(rest))),
             "redis" | "rediss" => redis_target(text),
+            "redis+cluster" | "rediss+cluster" => cluster_target(scheme, rest),
             _ => Err(CliError::UnknownScheme {
                 scheme: scheme.to_owned(),
             }),
@@ -61,6 +70,13 @@ impl Target {
             Target::Redis { url, prefix } => {
                 let sep = if url.contains('?') { '&' } else { '?' };
                 format!("{}{sep}prefix={prefix}", redact(url))
+            }
+            Target::RedisCluster { nodes, prefix } => {
+                let nodes: Vec<String> = nodes.iter().map(|node| redact(node)).collect();
+                format!(
+                    "the Redis Cluster at {} (prefix {prefix})",
+                    nodes.join(", ")
+                )
             }
         }
     }
@@ -117,6 +133,11 @@ impl Target {
                 .connect()
                 .await
                 .map(|store| Arc::new(store) as Arc<dyn Records>),
+            Target::RedisCluster { nodes, prefix } => RedisStore::builder_cluster(nodes.clone())
+                .prefix(prefix.as_str())
+                .connect()
+                .await
+                .map(|store| Arc::new(store) as Arc<dyn Records>),
         };
         opened.map_err(|source| match source {
             StoreError::MissingSchema => CliError::MissingSchema {
@@ -154,6 +175,41 @@ fn redis_target(text: &str) -> Result<Target, CliError> {
         url: url.into(),
         prefix: prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned()),
     })
+}
+
+/// A `redis+cluster://[USER[:PASSWORD]@]HOST:PORT,HOST:PORT[/DB][?prefix=P]`
+/// URL: one `redis://` URL per node, each with the user, the path and the
+/// parameters given, and the store's prefix.
+fn cluster_target(scheme: &str, rest: &str) -> Result<Target, CliError> {
+    let node_scheme = scheme
+        .to_ascii_lowercase()
+        .trim_end_matches("+cluster")
+        .to_owned();
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (user, hosts) = match authority.rsplit_once('@') {
+        Some((user, hosts)) => (format!("{user}@"), hosts),
+        None => (String::new(), authority),
+    };
+    let mut nodes = Vec::new();
+    let mut prefix = DEFAULT_PREFIX.to_owned();
+    for host in hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|host| !host.is_empty())
+    {
+        match redis_target(&format!("{node_scheme}://{user}{host}{tail}"))? {
+            Target::Redis { url, prefix: given } => {
+                nodes.push(url);
+                prefix = given;
+            }
+            _ => unreachable!("a redis:// URL names one server"),
+        }
+    }
+    if nodes.is_empty() {
+        return Err(CliError::NoClusterNodes);
+    }
+    Ok(Target::RedisCluster { nodes, prefix })
 }
 
 /// The URL without the password of its user.
@@ -221,6 +277,37 @@ mod tests {
             Target::parse("redis://cache/2").expect("url").describe(),
             "redis://cache/2?prefix=idempotent:"
         );
+    }
+
+    #[test]
+    fn a_cluster_url_names_each_node_with_the_user_and_the_prefix() {
+        assert_eq!(
+            Target::parse("redis+cluster://ops:s3cret@10.0.0.1:7000,10.0.0.2:7001/?prefix=shop:")
+                .expect("url"),
+            Target::RedisCluster {
+                nodes: vec![
+                    "redis://ops:s3cret@10.0.0.1:7000/".to_owned(),
+                    "redis://ops:s3cret@10.0.0.2:7001/".to_owned(),
+                ],
+                prefix: "shop:".to_owned(),
+            }
+        );
+        let target = Target::parse("rediss+cluster://node-a:7000").expect("url");
+        assert_eq!(
+            target,
+            Target::RedisCluster {
+                nodes: vec!["rediss://node-a:7000".to_owned()],
+                prefix: DEFAULT_PREFIX.to_owned(),
+            }
+        );
+        assert!(matches!(
+            Target::parse("redis+cluster://,/?prefix=p:"),
+            Err(CliError::NoClusterNodes)
+        ));
+        let described = Target::parse("redis+cluster://ops:s3cret@a:1,b:2")
+            .expect("url")
+            .describe();
+        assert!(!described.contains("s3cret"), "{described}");
     }
 
     #[test]

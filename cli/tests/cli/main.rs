@@ -14,6 +14,11 @@
 #[path = "../../../tests/harness/mod.rs"]
 mod harness;
 
+// The workspace's local Redis Cluster of six `redis-server` processes.
+#[path = "../../../tests/redis_cluster/mod.rs"]
+#[allow(dead_code)]
+mod redis_cluster;
+
 mod commands;
 mod postgres;
 mod records;
@@ -52,5 +57,6 @@ fn main() {
         redis::stats_and_purge_on_redis,
         redis::a_key_that_does_not_exist_on_redis_is_not_found,
     ));
+    trials.push(redis::cluster_trial());
     harness::main(trials);
 }

@@ -146,3 +146,46 @@ pub async fn a_redis_password_never_reaches_a_message() {
         out.stderr
     );
 }
+
+/// Every command on a Redis Cluster of the case's own, named by a
+/// `redis+cluster://` URL: reported ignored where this machine cannot
+/// start one (`redis-server` and `redis-cli`), and a failure in CI.
+pub fn cluster_trial() -> crate::harness::Trial {
+    use crate::harness::{Completion, Failed, Trial};
+    use crate::redis_cluster::{self, LocalCluster};
+    Trial::ignorable_test("every_command_on_a_redis_cluster", || {
+        if !redis_cluster::available() {
+            if std::env::var_os("CI").is_some() {
+                return Err("CI needs `redis-server` and `redis-cli` on the PATH".into());
+            }
+            return Ok(Completion::ignored_with(
+                "needs `redis-server` and `redis-cli`",
+            ));
+        }
+        let ports = redis_cluster::free_ports();
+        let cluster = LocalCluster::start(&ports);
+        let urls = cluster.urls();
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Failed::from(format!("a runtime: {e}")))?
+            .block_on(async {
+                let prefix = format!("idempotent-cli-{}:", fresh_run());
+                let store = RedisStore::builder_cluster(urls.clone())
+                    .prefix(prefix.as_str())
+                    .connect()
+                    .await
+                    .expect("a store on the cluster");
+                let nodes: Vec<&str> = urls
+                    .iter()
+                    .map(|url| url.trim_start_matches("redis://"))
+                    .collect();
+                let target = format!("redis+cluster://{}?prefix={prefix}", nodes.join(","));
+                every_command(&store, &target).await;
+                let said = cli(&target, &["purge"]).expect(0).stdout;
+                assert!(said.contains("never anything to purge"), "{said}");
+            });
+        drop(cluster);
+        Ok(Completion::Completed)
+    })
+}
