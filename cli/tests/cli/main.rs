@@ -16,7 +16,6 @@ mod harness;
 
 // The workspace's local Redis Cluster of six `redis-server` processes.
 #[path = "../../../tests/redis_cluster/mod.rs"]
-#[allow(dead_code)]
 mod redis_cluster;
 
 mod commands;
