@@ -75,12 +75,12 @@
 //!
 //! # Running it
 //!
-//! `cargo test -p idempotent-tools-model` explores every system (seconds,
-//! even unoptimized); add `-- --nocapture` to see the counts. The root
-//! package's `tests/model_agreement.rs` runs random sequences of the four
-//! steps against the memory, SQLite, Postgres and Redis stores and
+//! `cargo test -p idempotent-tools-model --test check` explores every
+//! system (seconds, even unoptimized); add `-- --nocapture` to see the
+//! counts. This crate's `tests/agreement.rs` runs random sequences of the
+//! four steps against the memory, SQLite, Postgres and Redis stores and
 //! [`store::KeyStore`] side by side, and fails at the first answer that
-//! differs: `cargo test --all-features --test model_agreement`, with
+//! differs: `cargo test -p idempotent-tools-model --test agreement`, with
 //! `IDEMPOTENT_POSTGRES_URL` and `IDEMPOTENT_REDIS_URL` set for the servers.
 #![deny(missing_docs)]
 
