@@ -20,7 +20,7 @@ use idempotent_tools_testing::conformance::kit::{
     refunds, request,
 };
 
-mod restart;
+pub mod restart;
 mod wire;
 
 use self::wire::*;
@@ -38,7 +38,7 @@ pub fn trials() -> Vec<Trial> {
         a_claim_short_of_its_replicas_is_released_and_reported_unavailable,
         racing_claims_from_many_connections_take_one_round_trip_each,
         measured_latency_of_a_guarded_call_on_the_local_server,
-        restart::calls_made_while_the_server_restarts_go_through_once_it_is_back,
+        restart::a_call_dropped_while_its_steps_retry_leaves_no_claim_stuck_and_no_result_lost,
         a_record_in_the_former_layout_replays_and_reads_in_todays_words,
     );
     trials.extend(crate::trials!(always;
