@@ -2,7 +2,8 @@
 //! latency figure here; round trips counted on the wire in [`round_trips`],
 //! LISTEN/NOTIFY in [`notify`], schema versions and migrations in
 //! [`schema`], a server that is down or refuses in [`errors`], a server
-//! that goes away and comes back in [`outage`].
+//! that goes away and comes back in [`outage`], a server of the test's own
+//! for the suite's restart cases in [`server`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +21,7 @@ mod notify;
 mod outage;
 mod round_trips;
 mod schema;
+pub mod server;
 
 pub fn trials() -> Vec<Trial> {
     let mut trials = crate::trials!(plain;
