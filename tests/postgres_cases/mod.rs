@@ -43,6 +43,7 @@ pub fn trials() -> Vec<Trial> {
         errors::a_server_error_names_the_statement_its_sqlstate_and_the_servers_message,
         errors::a_lock_timeout_is_unavailable_and_the_call_acts_once_the_lock_is_gone,
         outage::a_call_made_while_the_server_is_away_goes_through_once_it_is_back,
+        outage::a_call_dropped_while_its_steps_retry_leaves_no_claim_stuck_and_no_result_lost,
     ));
     trials.extend(crate::trials!(always;
         errors::a_server_that_is_down_is_unavailable_and_nothing_runs,
