@@ -42,6 +42,8 @@ pub fn trials() -> Vec<Trial> {
         schema::a_schema_missing_is_not_created_by_check_schema,
         errors::a_server_error_names_the_statement_its_sqlstate_and_the_servers_message,
         errors::a_lock_timeout_is_unavailable_and_the_call_acts_once_the_lock_is_gone,
+        errors::a_serialization_failure_on_a_completion_is_tried_again_and_recorded,
+        errors::a_deadlock_on_a_completion_is_tried_again_and_recorded,
         outage::a_call_made_while_the_server_is_away_goes_through_once_it_is_back,
         outage::a_call_dropped_while_its_steps_retry_leaves_no_claim_stuck_and_no_result_lost,
     ));
