@@ -46,6 +46,7 @@ pub fn trials() -> Vec<Trial> {
         errors::a_deadlock_on_a_completion_is_tried_again_and_recorded,
         outage::a_call_made_while_the_server_is_away_goes_through_once_it_is_back,
         outage::a_call_dropped_while_its_steps_retry_leaves_no_claim_stuck_and_no_result_lost,
+        outage::a_completion_whose_server_stays_away_past_the_lease_is_not_recorded_and_says_the_action_ran,
     ));
     trials.extend(crate::trials!(always;
         errors::a_server_that_is_down_is_unavailable_and_nothing_runs,

@@ -6,13 +6,14 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use idempotent_tools::PostgresStore;
 use idempotent_tools::store::postgres::PostgresStoreBuilder;
 use idempotent_tools::store::postgres::tokio_postgres::Config;
 use idempotent_tools::store::{ClaimAnswer, Store};
 use idempotent_tools_testing::conformance::kit::{
-    CountingProvider as Provider, PATIENCE, RefundError, fresh_run, refund_call, refund_key,
+    self, CountingProvider as Provider, PATIENCE, RefundError, fresh_run, refund_call, refund_key,
     refunds, request,
 };
 use tokio::net::{TcpListener, TcpStream};
@@ -88,6 +89,16 @@ impl Proxy {
 /// A store of its own in `schema`, through `proxy`, without a listener (so
 /// that every connection the proxy turns away is a step's).
 async fn through(schema: &Schema, proxy: &Proxy) -> PostgresStore {
+    through_within(schema, proxy, PATIENCE).await
+}
+
+/// [`through`], its steps trying again over a broken connection for
+/// `reconnect_within`.
+async fn through_within(
+    schema: &Schema,
+    proxy: &Proxy,
+    reconnect_within: Duration,
+) -> PostgresStore {
     let config = schema.config();
     schema
         .store_with(|_| {
@@ -105,7 +116,7 @@ async fn through(schema: &Schema, proxy: &Proxy) -> PostgresStore {
             }
             PostgresStoreBuilder::from_config(through)
                 .without_listener()
-                .reconnect_within(PATIENCE)
+                .reconnect_within(reconnect_within)
         })
         .await
 }
@@ -251,4 +262,19 @@ pub(super) async fn a_call_dropped_while_its_steps_retry_leaves_no_claim_stuck_a
         "a claim step dropped while the server was away took nothing"
     );
     assert_eq!(provider.refunds(), 2, "one refund per order");
+}
+
+/// A completion whose server stays away past the lease: it is tried again
+/// until the lease would run out, then the call says the result was not
+/// recorded, and that the action ran.
+pub(super) async fn a_completion_whose_server_stays_away_past_the_lease_is_not_recorded_and_says_the_action_ran()
+ {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let proxy = Proxy::start(super::round_trips::upstream(&schema.config())).await;
+    let store: Arc<dyn Store> =
+        Arc::new(through_within(&schema, &proxy, Duration::from_millis(50)).await);
+    let provider = Arc::new(Provider::default());
+    kit::not_recorded_once_down(&store, &provider, || proxy.down()).await;
 }

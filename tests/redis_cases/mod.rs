@@ -39,6 +39,7 @@ pub fn trials() -> Vec<Trial> {
         racing_claims_from_many_connections_take_one_round_trip_each,
         measured_latency_of_a_guarded_call_on_the_local_server,
         restart::a_call_dropped_while_its_steps_retry_leaves_no_claim_stuck_and_no_result_lost,
+        restart::a_completion_whose_server_stays_down_past_the_lease_is_not_recorded_and_says_the_action_ran,
         a_record_in_the_former_layout_replays_and_reads_in_todays_words,
     );
     trials.extend(crate::trials!(always;

@@ -15,7 +15,7 @@ use idempotent_tools::RedisStore;
 use idempotent_tools::store::{ClaimAnswer, Store};
 use idempotent_tools_testing::conformance::Restart;
 use idempotent_tools_testing::conformance::kit::{
-    CountingProvider as Provider, PATIENCE, RefundError, fresh_run, refund_call, refund_key,
+    self, CountingProvider as Provider, PATIENCE, RefundError, fresh_run, refund_call, refund_key,
     refunds, request,
 };
 
@@ -260,4 +260,23 @@ pub async fn a_call_dropped_while_its_steps_retry_leaves_no_claim_stuck_and_no_r
         "a claim step dropped while the server was down took nothing"
     );
     assert_eq!(provider.refunds(), 2, "one refund per order");
+}
+
+/// A completion whose server stays down past the lease: it is tried again
+/// until the lease would run out, then the call says the result was not
+/// recorded, and that the action ran.
+pub async fn a_completion_whose_server_stays_down_past_the_lease_is_not_recorded_and_says_the_action_ran()
+ {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    let store: Arc<dyn Store> = Arc::new(
+        RedisStore::builder(server.url())
+            .reconnect_within(Duration::from_millis(50))
+            .connect()
+            .await
+            .expect("a store"),
+    );
+    let provider = Arc::new(Provider::default());
+    kit::not_recorded_once_down(&store, &provider, || server.kill()).await;
 }

@@ -223,6 +223,53 @@ pub async fn refused_as_unavailable(
     assert_eq!(provider.refunds(), 0, "no action may run without a claim");
 }
 
+/// Refunds order 1182 of a fresh run through `store`, whose server
+/// `take_down` stops while the action runs, for good: the completion is
+/// tried again until the call's lease (500 ms) would run out, then the call
+/// fails with [`Error::NotRecorded`], unavailable, saying the action ran,
+/// each cause printed once. For a store built to give up on a broken
+/// connection well within the lease.
+pub async fn not_recorded_once_down(
+    store: &Arc<dyn Store>,
+    provider: &Arc<CountingProvider>,
+    take_down: impl FnOnce(),
+) {
+    let (entered, finish) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let call = {
+        let call = refund_call(store, &fresh_run(), "1182", 42).lease(Duration::from_millis(500));
+        let (entered, finish, provider) = (entered.clone(), finish.clone(), provider.clone());
+        tokio::spawn(async move {
+            call.run(async {
+                entered.notify_one();
+                finish.notified().await;
+                Ok::<_, RefundError>(provider.refund("1182", 42))
+            })
+            .await
+        })
+    };
+    within("the action", entered.notified()).await;
+    take_down();
+    finish.notify_one();
+    let err = within("the call's end", call)
+        .await
+        .expect("the call's task")
+        .expect_err("a completion the store never took");
+    let err = err.guard().expect("a guard error");
+    assert!(
+        matches!(
+            err,
+            Error::NotRecorded {
+                cause: StoreError::Unavailable(_),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(err.action_ran(), Some(true));
+    assert_each_cause_once(&error_chain(err));
+    assert_eq!(provider.refunds(), 1, "the action ran once");
+}
+
 /// Times 200 fresh calls and their replays through `store`, and prints the
 /// means (`measured: ...`), for a store's own latency figures.
 pub async fn measure_latency_of_a_guarded_call(store: Arc<dyn Store>) {
