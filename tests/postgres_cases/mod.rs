@@ -52,6 +52,14 @@ pub fn trials() -> Vec<Trial> {
         errors::a_server_that_is_down_is_unavailable_and_nothing_runs,
         errors::an_unreachable_server_prints_each_cause_once,
     ));
+    trials.push(
+        crate::harness::trial(
+            "measured_first_calls_after_a_restart",
+            URL,
+            server::measured_first_calls_after_a_restart,
+        )
+        .with_ignored_flag(true),
+    );
     trials
 }
 

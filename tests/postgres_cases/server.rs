@@ -10,6 +10,7 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
+use idempotent_tools::store::postgres::tokio_postgres::{self, NoTls};
 use idempotent_tools_testing::conformance::Restart;
 
 /// Where the server's programs (`initdb`, `pg_ctl`) are: on the `PATH`, or
@@ -175,4 +176,38 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.pg_ctl_stop("immediate");
     }
+}
+
+/// How long after a restart the first calls go through, over 7 fast
+/// shutdowns and starts (`--ignored` runs it).
+pub(super) async fn measured_first_calls_after_a_restart() {
+    let Some(mut server) = tokio::task::spawn_blocking(Server::start)
+        .await
+        .expect("the server's start")
+    else {
+        return;
+    };
+    let store = idempotent_tools::PostgresStore::builder(&server.url())
+        .connect_lazy()
+        .expect("a store");
+    store.migrate().await.expect("migrate");
+    let store: std::sync::Arc<dyn idempotent_tools::store::Store> = std::sync::Arc::new(store);
+    let url = server.url();
+    let answers = move || {
+        let url = url.clone();
+        async move {
+            let Ok((client, connection)) = tokio_postgres::connect(&url, NoTls).await else {
+                return false;
+            };
+            tokio::spawn(connection);
+            client.simple_query("SELECT 1").await.is_ok()
+        }
+    };
+    idempotent_tools_testing::conformance::kit::measure_first_calls_after_restarts(
+        store,
+        &mut server,
+        answers,
+        7,
+    )
+    .await;
 }

@@ -45,6 +45,14 @@ pub fn trials() -> Vec<Trial> {
     trials.extend(crate::trials!(always;
         an_unreachable_server_is_unavailable_and_prints_each_cause_once,
     ));
+    trials.push(
+        crate::harness::trial(
+            "measured_first_calls_after_a_restart",
+            URL,
+            restart::measured_first_calls_after_a_restart,
+        )
+        .with_ignored_flag(true),
+    );
     trials
 }
 

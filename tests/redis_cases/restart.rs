@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use idempotent_tools::RedisStore;
+use idempotent_tools::store::redis::redis;
 use idempotent_tools::store::{ClaimAnswer, Store};
 use idempotent_tools_testing::conformance::Restart;
 use idempotent_tools_testing::conformance::kit::{
@@ -279,4 +280,28 @@ pub async fn a_completion_whose_server_stays_down_past_the_lease_is_not_recorded
     );
     let provider = Arc::new(Provider::default());
     kit::not_recorded_once_down(&store, &provider, || server.kill()).await;
+}
+
+/// How long after a restart the first calls go through, over 7 restarts
+/// of a server killed and started again (`--ignored` runs it).
+pub async fn measured_first_calls_after_a_restart() {
+    let Some(mut server) = Server::start() else {
+        return;
+    };
+    let store: Arc<dyn Store> =
+        Arc::new(RedisStore::connect(&server.url()).await.expect("a store"));
+    let client = redis::Client::open(server.url()).expect("a URL");
+    let answers = move || {
+        let client = client.clone();
+        async move {
+            match client.get_multiplexed_async_connection().await {
+                Ok(mut connection) => redis::cmd("PING")
+                    .query_async::<String>(&mut connection)
+                    .await
+                    .is_ok(),
+                Err(_) => false,
+            }
+        }
+    };
+    kit::measure_first_calls_after_restarts(store, &mut server, answers, 7).await;
 }
