@@ -223,6 +223,28 @@ pub async fn refused_as_unavailable(
     assert_eq!(provider.refunds(), 0, "no action may run without a claim");
 }
 
+/// Refunds order 1182 of `run` through `store`, whose server must refuse
+/// the claim with an error of its own ([`StoreError::Backend`]) without the
+/// action ever reaching `provider`.
+pub async fn refused_by_the_server(store: &Arc<dyn Store>, run: &Run, provider: &CountingProvider) {
+    let refused = refund_call(store, run, "1182", 42)
+        .run(refunds(provider, 42))
+        .await;
+    match &refused {
+        Err(err) => {
+            let guard = err.guard().expect("a guard error");
+            assert!(
+                matches!(guard, Error::Store(StoreError::Backend(_))),
+                "{guard:?}"
+            );
+            assert_eq!(guard.action_ran(), Some(false));
+            assert_each_cause_once(&error_chain(guard));
+        }
+        Ok(outcome) => panic!("the action ran without a claim: {outcome:?}"),
+    }
+    assert_eq!(provider.refunds(), 0, "no action may run without a claim");
+}
+
 /// Refunds order 1182 of a fresh run through `store`, whose server
 /// `take_down` stops while the action runs, for good: the completion is
 /// tried again until the call's lease (500 ms) would run out, then the call
