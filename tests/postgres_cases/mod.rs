@@ -53,9 +53,10 @@ pub fn trials() -> Vec<Trial> {
         errors::an_unreachable_server_prints_each_cause_once,
     ));
     trials.push(
-        crate::harness::trial(
+        crate::harness::trial_needing(
             "measured_first_calls_after_a_restart",
             URL,
+            ("initdb", server::Server::can_start()),
             server::measured_first_calls_after_a_restart,
         )
         .with_ignored_flag(true),

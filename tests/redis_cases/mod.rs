@@ -38,22 +38,35 @@ pub fn trials() -> Vec<Trial> {
         a_claim_short_of_its_replicas_is_released_and_reported_unavailable,
         racing_claims_from_many_connections_take_one_round_trip_each,
         measured_latency_of_a_guarded_call_on_the_local_server,
-        restart::a_call_dropped_while_its_steps_retry_leaves_no_claim_stuck_and_no_result_lost,
-        restart::a_completion_whose_server_stays_down_past_the_lease_is_not_recorded_and_says_the_action_ran,
         a_record_in_the_former_layout_replays_and_reads_in_todays_words,
         a_claim_the_server_refuses_is_a_backend_error_and_nothing_runs,
     );
     trials.extend(crate::trials!(always;
         an_unreachable_server_is_unavailable_and_prints_each_cause_once,
     ));
-    trials.push(
-        crate::harness::trial(
+    // On a `redis-server` of the test's own.
+    let server = ("redis-server", restart::Server::can_start());
+    trials.extend([
+        crate::harness::trial_needing(
+            "a_call_dropped_while_its_steps_retry_leaves_no_claim_stuck_and_no_result_lost",
+            URL,
+            server,
+            restart::a_call_dropped_while_its_steps_retry_leaves_no_claim_stuck_and_no_result_lost,
+        ),
+        crate::harness::trial_needing(
+            "a_completion_whose_server_stays_down_past_the_lease_is_not_recorded_and_says_the_action_ran",
+            URL,
+            server,
+            restart::a_completion_whose_server_stays_down_past_the_lease_is_not_recorded_and_says_the_action_ran,
+        ),
+        crate::harness::trial_needing(
             "measured_first_calls_after_a_restart",
             URL,
+            server,
             restart::measured_first_calls_after_a_restart,
         )
         .with_ignored_flag(true),
-    );
+    ]);
     trials
 }
 
