@@ -229,11 +229,24 @@ impl<S: Store> Suite<S> {
     ///
     /// ```no_run
     /// use std::process::{Child, Command};
-    /// use idempotent_tools::RedisStore;
     /// use idempotent_tools_testing::conformance::{Restart, Scope, Suite};
+    /// # use std::time::Duration;
+    /// # use idempotent_tools::{MemoryStore, store::{Claim, ClaimAnswer, ClaimRequest,
+    /// #     Completion, Store, StoreFuture, StoreResult}};
+    /// # /// A third party's store on a server.
+    /// # struct MyStore(MemoryStore);
+    /// # impl MyStore {
+    /// #     async fn connect(_url: &str) -> MyStore { MyStore(MemoryStore::new()) }
+    /// # }
+    /// # impl Store for MyStore {
+    /// #     fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> { self.0.claim(req) }
+    /// #     fn complete<'a>(&'a self, claim: &'a Claim, done: Completion) -> StoreFuture<'a, StoreResult<()>> { self.0.complete(claim, done) }
+    /// #     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> { self.0.release(claim) }
+    /// #     fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> { self.0.renew(claim, lease) }
+    /// # }
     ///
-    /// /// A `redis-server` of the case's own, keeping its data in the case's
-    /// /// directory.
+    /// /// A server of the case's own (here a `redis-server`), keeping its
+    /// /// data in the case's directory.
     /// struct Server {
     ///     dir: std::path::PathBuf,
     ///     child: Option<Child>,
@@ -273,21 +286,13 @@ impl<S: Store> Suite<S> {
     ///     }
     /// }
     ///
-    /// async fn in_scope(scope: Scope) -> RedisStore {
-    ///     // The store every other case uses, on the shared server.
-    ///     # let _ = scope;
-    ///     RedisStore::connect("redis://127.0.0.1:6379").await.expect("a store")
-    /// }
-    ///
     /// fn main() {
-    ///     Suite::new(in_scope)
+    ///     // Every other case runs on the shared server.
+    ///     Suite::new(|_: Scope| MyStore::connect("redis://127.0.0.1:6379"))
     ///         .restarting(|scope: Scope| async move {
     ///             let mut server = Server { dir: scope.dir().to_owned(), child: None };
     ///             server.spawn();
-    ///             let store = RedisStore::connect("redis://127.0.0.1:6390")
-    ///                 .await
-    ///                 .expect("a store");
-    ///             (store, server)
+    ///             (MyStore::connect("redis://127.0.0.1:6390").await, server)
     ///         })
     ///         .run()
     /// }
