@@ -3,12 +3,16 @@
 //! reported ignored, never passed.
 //!
 //! Each self-test runs one case of the suite against a store made wrong on
-//! purpose, and reads the suite's own conclusion.
+//! purpose, and reads the suite's own conclusion. The restart cases run
+//! on a server in memory that keeps its data across a restart, or not.
 
 mod harness;
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
 
 use idempotent_tools::{
     MemoryStore,
@@ -17,7 +21,7 @@ use idempotent_tools::{
     store::{Claim, ClaimAnswer, ClaimRequest, Completion, Store, StoreFuture, StoreResult},
 };
 use idempotent_tools_testing::conformance::libtest_mimic::{self, Arguments, Conclusion};
-use idempotent_tools_testing::conformance::{Scope, Suite};
+use idempotent_tools_testing::conformance::{Restart, Scope, Suite};
 
 /// How a store under self-test is made wrong.
 #[derive(Clone, Copy)]
@@ -145,6 +149,104 @@ impl Records for Flawed {
 
 fn unsupported(step: &'static str) -> idempotent_tools::store::StoreError {
     idempotent_tools::store::StoreError::Unsupported(step)
+}
+
+/// A server in memory that can be stopped and started again: while it is
+/// stopped, every step waits until it is back, as a durable store's steps
+/// try again over a broken connection. One that does not keep its data
+/// starts again empty.
+struct InMemoryServer {
+    data: Mutex<Arc<MemoryStore>>,
+    up: watch::Sender<bool>,
+    keeps_data: bool,
+}
+
+impl InMemoryServer {
+    fn new(keeps_data: bool) -> Arc<InMemoryServer> {
+        Arc::new(InMemoryServer {
+            data: Mutex::new(Arc::new(MemoryStore::new())),
+            up: watch::Sender::new(true),
+            keeps_data,
+        })
+    }
+
+    /// The server's data, once it is up.
+    async fn reached(&self) -> Arc<MemoryStore> {
+        let _ = self.up.subscribe().wait_for(|up| *up).await;
+        self.data.lock().expect("data").clone()
+    }
+}
+
+/// A store on an [`InMemoryServer`].
+struct OnServer(Arc<InMemoryServer>);
+
+impl Store for OnServer {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> {
+        StoreFuture::boxed(async move { self.0.reached().await.claim(req).await })
+    }
+    fn complete<'a>(
+        &'a self,
+        claim: &'a Claim,
+        done: Completion,
+    ) -> StoreFuture<'a, StoreResult<()>> {
+        StoreFuture::boxed(async move { self.0.reached().await.complete(claim, done).await })
+    }
+    fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
+        StoreFuture::boxed(async move { self.0.reached().await.release(claim).await })
+    }
+    fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
+        StoreFuture::boxed(async move { self.0.reached().await.renew(claim, lease).await })
+    }
+}
+
+/// The restart cases' hold on an [`InMemoryServer`].
+struct Restarts(Arc<InMemoryServer>);
+
+impl Restart for Restarts {
+    async fn stop(&mut self) {
+        self.0.up.send_replace(false);
+    }
+
+    async fn start(&mut self) {
+        if !self.0.keeps_data {
+            *self.0.data.lock().expect("data") = Arc::new(MemoryStore::new());
+        }
+        self.0.up.send_replace(true);
+    }
+}
+
+/// The suite, with its restart cases run on an [`InMemoryServer`].
+fn on_a_server(keeps_data: bool) -> Suite<OnServer> {
+    Suite::new(|_: Scope| async { OnServer(InMemoryServer::new(true)) })
+        .within_one_process()
+        .restarting(move |_: Scope| async move {
+            let server = InMemoryServer::new(keeps_data);
+            (OnServer(server.clone()), Restarts(server))
+        })
+}
+
+const RESTART_CASES: [&str; 2] = [
+    "calls_before_during_and_after_a_restart_act_once_per_key",
+    "a_waiter_across_a_restart_ends_by_replay_and_a_completion_made_while_down_is_recorded",
+];
+
+fn the_restart_cases_are_ignored_without_a_server_to_restart() {
+    for case in RESTART_CASES {
+        let ran = run_case(flawed(Flaw::None), case);
+        assert_eq!(counts(&ran), (0, 0, 1), "{case}");
+    }
+}
+
+fn a_server_that_keeps_its_data_passes_the_restart_cases() {
+    for case in RESTART_CASES {
+        let ran = run_case(on_a_server(true), case);
+        assert_eq!(counts(&ran), (1, 0, 0), "{case}");
+    }
+}
+
+fn a_server_that_forgets_its_data_on_a_restart_fails_the_restart_case() {
+    let ran = run_case(on_a_server(false), RESTART_CASES[0]);
+    assert_eq!(counts(&ran), (0, 1, 0));
 }
 
 /// Runs the suite's case `case` alone against `suite`'s store.
@@ -294,5 +396,8 @@ fn main() {
         a_step_the_store_does_not_offer_is_reported_ignored_not_passed,
         a_store_that_retains_by_expiry_is_checked_for_expiry_instead_of_purges,
         a_case_needing_a_server_that_is_not_set_is_ignored_and_fails_in_ci,
+        the_restart_cases_are_ignored_without_a_server_to_restart,
+        a_server_that_keeps_its_data_passes_the_restart_cases,
+        a_server_that_forgets_its_data_on_a_restart_fails_the_restart_case,
     ));
 }

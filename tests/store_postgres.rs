@@ -2,7 +2,9 @@
 //! OS processes included, and claims racing from several connections, where
 //! READ COMMITTED lets a loser see no row), and what is Postgres's own
 //! (`postgres_cases`): round trips counted on the wire, LISTEN/NOTIFY,
-//! schema versions, SQLSTATEs, a server that is down.
+//! schema versions, SQLSTATEs, a server that is down. The suite's restart
+//! cases run on a Postgres server of their own (`postgres_cases::server`),
+//! shut down and started again.
 //!
 //! The server's address comes from `IDEMPOTENT_POSTGRES_URL`. Without it
 //! every case is reported as ignored ("needs IDEMPOTENT_POSTGRES_URL"),
@@ -16,6 +18,7 @@ use idempotent_tools::PostgresStore;
 use idempotent_tools::store::postgres::PostgresStoreBuilder;
 use idempotent_tools::store::postgres::tokio_postgres::{self, Config, NoTls};
 use idempotent_tools_testing::conformance::{Scope, Suite, kit};
+use postgres_cases::server::Server;
 
 const URL: &str = "IDEMPOTENT_POSTGRES_URL";
 
@@ -147,19 +150,35 @@ async fn drop_schema(scope: Scope) {
         .expect("drop the schema");
 }
 
+/// A store on a Postgres server of the case's own, for the restart cases.
+async fn on_a_server_of_its_own(_scope: Scope) -> (PostgresStore, Server) {
+    let server = tokio::task::spawn_blocking(Server::start)
+        .await
+        .expect("the server's start")
+        .expect("Postgres's programs (Server::can_start said so)");
+    let store = PostgresStore::builder(&server.url())
+        .connect_lazy()
+        .expect("a store");
+    store.migrate().await.expect("migrate");
+    (store, server)
+}
+
 fn main() {
     // A child of `transactions`' kill -9 case: it writes, then is killed.
     if let Ok(schema) = std::env::var(postgres_cases::transactions::CHILD_SCHEMA) {
         postgres_cases::transactions::child(&schema);
     }
-    let mut trials = Suite::new(in_scope)
+    let mut suite = Suite::new(in_scope)
         .with_records()
         .requiring_env(URL)
         .cleaning_up(drop_schema)
         .racing_callers(200)
         .purging_in_batches()
-        .counting_statements(PostgresStore::statements)
-        .trials();
+        .counting_statements(PostgresStore::statements);
+    if Server::can_start() {
+        suite = suite.restarting(on_a_server_of_its_own);
+    }
+    let mut trials = suite.trials();
     trials.extend(postgres_cases::trials());
     harness::main(trials);
 }

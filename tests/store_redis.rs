@@ -2,7 +2,9 @@
 //! durable and inspection suites, several OS processes with a `kill -9` of a
 //! holder, and what is Redis's own: the key layout, retention by key expiry,
 //! the eviction warning, wake-ups published only when someone waits, scripts
-//! the server forgot, and `WAIT`.
+//! the server forgot, and `WAIT`. The suite's restart cases run on a
+//! `redis-server` of their own (`redis_cases::restart`), killed and started
+//! again over its append-only file.
 //!
 //! The server's address comes from `IDEMPOTENT_REDIS_URL`. Without it every
 //! case is reported as ignored ("needs IDEMPOTENT_REDIS_URL"), except in CI,
@@ -15,6 +17,7 @@ mod redis_cases;
 use idempotent_tools::RedisStore;
 use idempotent_tools::store::redis::redis;
 use idempotent_tools_testing::conformance::{Scope, Suite, kit};
+use redis_cases::restart::Server;
 
 const URL: &str = "IDEMPOTENT_REDIS_URL";
 
@@ -137,15 +140,28 @@ async fn drop_prefix(scope: Scope) {
     }
 }
 
+/// A store on a `redis-server` of the case's own, for the restart cases.
+async fn on_a_server_of_its_own(_scope: Scope) -> (RedisStore, Server) {
+    let server = Server::start().expect("`redis-server` on the PATH (Server::can_start said so)");
+    let store = RedisStore::builder(server.url())
+        .connect()
+        .await
+        .expect("a store");
+    (store, server)
+}
+
 fn main() {
-    let mut trials = Suite::new(in_scope)
+    let mut suite = Suite::new(in_scope)
         .with_records()
         .requiring_env(URL)
         .cleaning_up(drop_prefix)
         .racing_callers(200)
         .retaining_by_expiry()
-        .counting_statements(RedisStore::round_trips)
-        .trials();
+        .counting_statements(RedisStore::round_trips);
+    if Server::can_start() {
+        suite = suite.restarting(on_a_server_of_its_own);
+    }
+    let mut trials = suite.trials();
     trials.extend(redis_cases::trials());
     harness::main(trials);
 }

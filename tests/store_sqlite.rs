@@ -65,6 +65,20 @@ async fn a_database_locked_past_the_busy_timeout_is_unavailable_and_nothing_runs
     );
 }
 
+async fn a_claim_the_database_refuses_is_a_backend_error_and_nothing_runs() {
+    let dir = temp_dir();
+    let path = dir.path().join("claims.db");
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).expect("open"));
+    rusqlite::Connection::open(&path)
+        .expect("a second connection")
+        .execute_batch(
+            "CREATE TRIGGER refuse BEFORE INSERT ON idempotent_claims
+             BEGIN SELECT RAISE(ABORT, 'claims are refused today'); END;",
+        )
+        .expect("a trigger that refuses claims");
+    kit::refused_by_the_server(&store, &fresh_run(), &Provider::default()).await;
+}
+
 fn a_file_that_cannot_be_opened_is_a_typed_error() {
     let dir = temp_dir();
     let missing = dir.path().join("no-such-directory").join("claims.db");
@@ -219,6 +233,7 @@ fn main() {
         .trials();
     trials.extend(trials!(always;
         a_database_locked_past_the_busy_timeout_is_unavailable_and_nothing_runs,
+        a_claim_the_database_refuses_is_a_backend_error_and_nothing_runs,
         measured_latency_of_a_guarded_call_on_a_local_file,
         a_version_1_file_is_upgraded_in_place_and_keeps_its_records,
         sqlite_cases::transactions::a_duplicate_waits_for_the_commit_and_replays_the_committed_result,

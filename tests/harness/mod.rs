@@ -37,6 +37,28 @@ where
     })
 }
 
+/// A trial of `case` that also needs a program of this machine's
+/// (`program`, with whether it is there): without it the trial is reported
+/// ignored ("needs `program`"). Say it is there when `CI` is set, so that
+/// the case runs there, and fails without it.
+pub fn trial_needing<F, Fut>(
+    name: &str,
+    needs: &'static str,
+    (program, there): (&'static str, bool),
+    case: F,
+) -> Trial
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    if !there {
+        return Trial::ignorable_test(name, move || {
+            Ok(Completion::ignored_with(format!("needs `{program}`")))
+        });
+    }
+    trial(name, needs, case)
+}
+
 /// A trial of `case` that needs no server: it always runs.
 pub fn always<F, Fut>(name: &str, case: F) -> Trial
 where

@@ -2,7 +2,8 @@
 //! latency figure here; round trips counted on the wire in [`round_trips`],
 //! LISTEN/NOTIFY in [`notify`], schema versions and migrations in
 //! [`schema`], a server that is down or refuses in [`errors`], a server
-//! that goes away and comes back in [`outage`].
+//! that goes away and comes back in [`outage`], a server of the test's own
+//! for the suite's restart cases in [`server`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,7 @@ mod outage;
 mod round_trips;
 mod schema;
 pub mod transactions;
+pub mod server;
 
 pub fn trials() -> Vec<Trial> {
     let mut trials = crate::trials!(plain;
@@ -41,16 +43,29 @@ pub fn trials() -> Vec<Trial> {
         schema::a_schema_missing_is_not_created_by_check_schema,
         errors::a_server_error_names_the_statement_its_sqlstate_and_the_servers_message,
         errors::a_lock_timeout_is_unavailable_and_the_call_acts_once_the_lock_is_gone,
+        errors::a_serialization_failure_on_a_completion_is_tried_again_and_recorded,
+        errors::a_deadlock_on_a_completion_is_tried_again_and_recorded,
         outage::a_call_made_while_the_server_is_away_goes_through_once_it_is_back,
         transactions::a_duplicate_waits_for_the_commit_and_replays_the_committed_result,
         transactions::a_failing_action_leaves_no_write_and_a_retry_acts_once,
         transactions::a_stale_holder_whose_claim_was_taken_over_has_its_write_rolled_back,
         transactions::a_process_killed_between_its_write_and_its_commit_leaves_nothing_and_the_retry_acts_once,
+        outage::a_call_dropped_while_its_steps_retry_leaves_no_claim_stuck_and_no_result_lost,
+        outage::a_completion_whose_server_stays_away_past_the_lease_is_not_recorded_and_says_the_action_ran,
     ));
     trials.extend(crate::trials!(always;
         errors::a_server_that_is_down_is_unavailable_and_nothing_runs,
         errors::an_unreachable_server_prints_each_cause_once,
     ));
+    trials.push(
+        crate::harness::trial_needing(
+            "measured_first_calls_after_a_restart",
+            URL,
+            ("initdb", server::Server::can_start()),
+            server::measured_first_calls_after_a_restart,
+        )
+        .with_ignored_flag(true),
+    );
     trials
 }
 

@@ -8,11 +8,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use idempotent_tools::store::Store;
+use idempotent_tools::PostgresStore;
 use idempotent_tools::store::postgres::PostgresStoreBuilder;
 use idempotent_tools::store::postgres::tokio_postgres::Config;
+use idempotent_tools::store::{ClaimAnswer, Store};
 use idempotent_tools_testing::conformance::kit::{
-    CountingProvider as Provider, fresh_run, refund_call, refunds,
+    self, CountingProvider as Provider, PATIENCE, RefundError, fresh_run, refund_call, refund_key,
+    refunds, request,
 };
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, Semaphore};
@@ -72,15 +74,33 @@ impl Proxy {
     fn up(&self) {
         self.up.store(true, Ordering::SeqCst);
     }
+
+    /// Returns once `tries` more connections were turned away: a step that
+    /// keeps trying while the server is away.
+    async fn turned_away(&self, tries: u32) {
+        let turned_away = tokio::time::timeout(PATIENCE, self.turned_away.acquire_many(tries))
+            .await
+            .expect("the step tries again while the server is away")
+            .expect("the proxy lives");
+        turned_away.forget();
+    }
 }
 
-pub(super) async fn a_call_made_while_the_server_is_away_goes_through_once_it_is_back() {
-    let Some(schema) = Schema::new().await else {
-        return;
-    };
+/// A store of its own in `schema`, through `proxy`, without a listener (so
+/// that every connection the proxy turns away is a step's).
+async fn through(schema: &Schema, proxy: &Proxy) -> PostgresStore {
+    through_within(schema, proxy, PATIENCE).await
+}
+
+/// [`through`], its steps trying again over a broken connection for
+/// `reconnect_within`.
+async fn through_within(
+    schema: &Schema,
+    proxy: &Proxy,
+    reconnect_within: Duration,
+) -> PostgresStore {
     let config = schema.config();
-    let proxy = Proxy::start(super::round_trips::upstream(&config)).await;
-    let store = schema
+    schema
         .store_with(|_| {
             // The same database and settings, through the proxy.
             let mut through = Config::new();
@@ -96,9 +116,17 @@ pub(super) async fn a_call_made_while_the_server_is_away_goes_through_once_it_is
             }
             PostgresStoreBuilder::from_config(through)
                 .without_listener()
-                .reconnect_within(Duration::from_secs(30))
+                .reconnect_within(reconnect_within)
         })
-        .await;
+        .await
+}
+
+pub(super) async fn a_call_made_while_the_server_is_away_goes_through_once_it_is_back() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let proxy = Proxy::start(super::round_trips::upstream(&schema.config())).await;
+    let store = through(&schema, &proxy).await;
     let store: Arc<dyn Store> = Arc::new(store);
     let provider = Arc::new(Provider::default());
     let run = fresh_run();
@@ -137,4 +165,116 @@ pub(super) async fn a_call_made_while_the_server_is_away_goes_through_once_it_is
         .expect("a repeat, after the outage");
     assert!(again.is_replay());
     assert_eq!(provider.refunds(), 2, "one refund per order");
+}
+
+/// Calls (and a bare claim step) dropped while they retry on a server that
+/// is away, at the pause between tries: nothing stays claimed, and a
+/// result made before the drop is kept. Once the server is back, a new call
+/// acts once, and a repeat replays. Each scenario has its own proxy, so
+/// that the connections turned away are its own.
+pub(super) async fn a_call_dropped_while_its_steps_retry_leaves_no_claim_stuck_and_no_result_lost()
+{
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let upstream = super::round_trips::upstream(&schema.config());
+    let proxies = [
+        Proxy::start(upstream).await,
+        Proxy::start(upstream).await,
+        Proxy::start(upstream).await,
+    ];
+    let [completing, claiming, bare] = [
+        Arc::new(through(&schema, &proxies[0]).await),
+        Arc::new(through(&schema, &proxies[1]).await),
+        Arc::new(through(&schema, &proxies[2]).await),
+    ];
+    let provider = Arc::new(Provider::default());
+    let run = fresh_run();
+
+    // An action that runs while the server is there and ends once it is away.
+    let (entered, finish) = (Notify::new(), Notify::new());
+    let store: Arc<dyn Store> = completing.clone();
+    {
+        let call = refund_call(&store, &run, "completed-away", 42)
+            .lease(PATIENCE)
+            .run(async {
+                entered.notify_one();
+                finish.notified().await;
+                Ok::<_, RefundError>(provider.refund("completed-away", 42))
+            });
+        tokio::pin!(call);
+        tokio::select! {
+            ended = &mut call => panic!("the call ended before its action did: {ended:?}"),
+            () = entered.notified() => {}
+        }
+        proxies.iter().for_each(Proxy::down);
+        finish.notify_one();
+        tokio::select! {
+            ended = &mut call => panic!("the call ended while the server was away: {ended:?}"),
+            () = proxies[0].turned_away(2) => {}
+        }
+        // Dropped here, its completion trying again.
+    }
+
+    // A call whose claim finds the server away, dropped while it retries.
+    let store: Arc<dyn Store> = claiming.clone();
+    {
+        let call = refund_call(&store, &run, "claimed-away", 42).run(refunds(&provider, 42));
+        tokio::pin!(call);
+        tokio::select! {
+            ended = &mut call => panic!("the call ended while the server was away: {ended:?}"),
+            () = proxies[1].turned_away(2) => {}
+        }
+    }
+
+    // The claim step itself, dropped while it retries.
+    let key = refund_key(&run, "step-dropped");
+    {
+        let step = bare.claim(request(&key, PATIENCE));
+        tokio::select! {
+            ended = step => panic!("the claim ended while the server was away: {ended:?}"),
+            () = proxies[2].turned_away(2) => {}
+        }
+    }
+
+    proxies.iter().for_each(Proxy::up);
+    let claimed = refund_call(&store, &run, "claimed-away", 42)
+        .wait(PATIENCE)
+        .run(refunds(&provider, 42))
+        .await
+        .expect("a new call, once the server is back");
+    assert!(claimed.is_fresh(), "{claimed:?}");
+    let store: Arc<dyn Store> = completing.clone();
+    let kept = refund_call(&store, &run, "completed-away", 42)
+        .wait(PATIENCE)
+        .run(refunds(&provider, 42))
+        .await
+        .expect("a repeat of the call whose completion was retrying");
+    assert!(
+        kept.is_replay(),
+        "the result made before the drop is kept: {kept:?}"
+    );
+    assert!(
+        matches!(
+            bare.claim(request(&key, PATIENCE)).await,
+            Ok(ClaimAnswer::Claimed(_))
+        ),
+        "a claim step dropped while the server was away took nothing"
+    );
+    assert_eq!(provider.refunds(), 2, "one refund per order");
+}
+
+/// A completion whose server stays away past the lease: it is tried again
+/// until the lease would run out, then the call says the result was not
+/// recorded, and that the action ran.
+pub(super) async fn a_completion_whose_server_stays_away_past_the_lease_is_not_recorded_and_says_the_action_ran()
+ {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let proxy = Proxy::start(super::round_trips::upstream(&schema.config())).await;
+    let store: Arc<dyn Store> =
+        Arc::new(through_within(&schema, &proxy, Duration::from_millis(50)).await);
+    let provider = Arc::new(Provider::default());
+    kit::not_recorded_once_down(&store, &provider, || proxy.down()).await;
 }

@@ -16,11 +16,11 @@ use tracing_subscriber::layer::SubscriberExt;
 use crate::harness::Trial;
 use crate::{Prefixed, URL, admin};
 use idempotent_tools_testing::conformance::kit::{
-    CountingProvider as Provider, Ends, Holder, claimed, done, fresh_run, refund_call, refund_key,
-    refunds, request,
+    self, CountingProvider as Provider, Ends, Holder, claimed, done, fresh_run, refund_call,
+    refund_key, refunds, request,
 };
 
-mod restart;
+pub mod restart;
 mod wire;
 
 use self::wire::*;
@@ -38,12 +38,35 @@ pub fn trials() -> Vec<Trial> {
         a_claim_short_of_its_replicas_is_released_and_reported_unavailable,
         racing_claims_from_many_connections_take_one_round_trip_each,
         measured_latency_of_a_guarded_call_on_the_local_server,
-        restart::calls_made_while_the_server_restarts_go_through_once_it_is_back,
         a_record_in_the_former_layout_replays_and_reads_in_todays_words,
+        a_claim_the_server_refuses_is_a_backend_error_and_nothing_runs,
     );
     trials.extend(crate::trials!(always;
         an_unreachable_server_is_unavailable_and_prints_each_cause_once,
     ));
+    // On a `redis-server` of the test's own.
+    let server = ("redis-server", restart::Server::can_start());
+    trials.extend([
+        crate::harness::trial_needing(
+            "a_call_dropped_while_its_steps_retry_leaves_no_claim_stuck_and_no_result_lost",
+            URL,
+            server,
+            restart::a_call_dropped_while_its_steps_retry_leaves_no_claim_stuck_and_no_result_lost,
+        ),
+        crate::harness::trial_needing(
+            "a_completion_whose_server_stays_down_past_the_lease_is_not_recorded_and_says_the_action_ran",
+            URL,
+            server,
+            restart::a_completion_whose_server_stays_down_past_the_lease_is_not_recorded_and_says_the_action_ran,
+        ),
+        crate::harness::trial_needing(
+            "measured_first_calls_after_a_restart",
+            URL,
+            server,
+            restart::measured_first_calls_after_a_restart,
+        )
+        .with_ignored_flag(true),
+    ]);
     trials
 }
 
@@ -291,4 +314,22 @@ async fn a_record_in_the_former_layout_replays_and_reads_in_todays_words() {
         .expect("inspect")
         .expect("a record");
     assert_eq!(read.state, RecordState::Failed);
+}
+
+/// The server refuses the claim script (its record's key holds a string,
+/// which a script that reads a hash cannot): an error of the server's own,
+/// and nothing runs.
+async fn a_claim_the_server_refuses_is_a_backend_error_and_nothing_runs() {
+    let Some(place) = Prefixed::new() else { return };
+    let store = place.store().await;
+    let run = fresh_run();
+    let key = refund_key(&run, "1182");
+    let _: () = redis::cmd("SET")
+        .arg(store.record_key(&key))
+        .arg("not a hash")
+        .query_async(&mut admin(&place.url).await)
+        .await
+        .expect("set");
+    let store: Arc<dyn Store> = Arc::new(store);
+    kit::refused_by_the_server(&store, &run, &Provider::default()).await;
 }

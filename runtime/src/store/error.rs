@@ -16,10 +16,22 @@ use super::{Forget, Store};
 /// | the holder's claim was taken over | `LeaseLost` | `LeaseLost` | `LeaseLost` | the action ran, its result is not kept: [`Error::LeaseLost`](crate::Error::LeaseLost) |
 /// | anything else the server refuses | `Backend` | `Backend`, naming the statement and SQLSTATE | `Backend` | a claim: the action does not run |
 ///
-/// The store suites cover each row against a real server: a Redis server
-/// killed and restarted, a Postgres server cut off by a proxy and let back,
-/// a Postgres table locked past `lock_timeout`, a SQLite file locked past
-/// its `busy_timeout`.
+/// The store suites cover each row against a real server:
+/// - a broken connection: a Redis server killed and started again, and a
+///   Postgres server shut down and started again, under calls (the
+///   conformance suite's restart cases); a Postgres server cut off by a
+///   proxy and let back; calls dropped while their steps try again;
+/// - still away: a server never reached refuses the claim; one that stays
+///   away past the lease leaves the completion
+///   [`NotRecorded`](crate::Error::NotRecorded), the action having run;
+/// - another writer: a Postgres table locked past `lock_timeout` refuses
+///   the claim; a Postgres completion refused by a serialization failure,
+///   and one chosen as a deadlock's victim, are tried again and recorded; a
+///   SQLite file locked past its `busy_timeout` refuses the claim;
+/// - a replica short: a Redis claim that `WAIT` finds on too few replicas;
+/// - a takeover: the conformance suite's lease cases, on every store;
+/// - anything else: a trigger that refuses claims (SQLite, Postgres), a
+///   Redis record key holding a string.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {

@@ -94,6 +94,8 @@ pub(crate) enum Need {
     PurgeJob,
     /// Records that vanish by themselves when their retention runs out.
     Expiry,
+    /// A server of the case's own that the case stops and starts again.
+    Restarts,
 }
 
 pub(crate) type Future_ = Pin<Box<dyn Future<Output = ()>>>;
@@ -105,6 +107,9 @@ pub(crate) enum Body {
     /// Plays a scenario with child processes (blocking while they run),
     /// beside a store of the parent's own that is opened first.
     Processes(fn(&Scene)),
+    /// Runs in this process against a store on a server of the case's own,
+    /// which it restarts.
+    Restarting(fn(super::restarts::Restartable) -> Future_),
 }
 
 /// One case of the suite.

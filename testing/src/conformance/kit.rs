@@ -223,6 +223,142 @@ pub async fn refused_as_unavailable(
     assert_eq!(provider.refunds(), 0, "no action may run without a claim");
 }
 
+/// Refunds order 1182 of `run` through `store`, whose server must refuse
+/// the claim with an error of its own ([`StoreError::Backend`]) without the
+/// action ever reaching `provider`.
+pub async fn refused_by_the_server(store: &Arc<dyn Store>, run: &Run, provider: &CountingProvider) {
+    let refused = refund_call(store, run, "1182", 42)
+        .run(refunds(provider, 42))
+        .await;
+    match &refused {
+        Err(err) => {
+            let guard = err.guard().expect("a guard error");
+            assert!(
+                matches!(guard, Error::Store(StoreError::Backend(_))),
+                "{guard:?}"
+            );
+            assert_eq!(guard.action_ran(), Some(false));
+            assert_each_cause_once(&error_chain(guard));
+        }
+        Ok(outcome) => panic!("the action ran without a claim: {outcome:?}"),
+    }
+    assert_eq!(provider.refunds(), 0, "no action may run without a claim");
+}
+
+/// Refunds order 1182 of a fresh run through `store`, whose server
+/// `take_down` stops while the action runs, for good: the completion is
+/// tried again until the call's lease (500 ms) would run out, then the call
+/// fails with [`Error::NotRecorded`], unavailable, saying the action ran,
+/// each cause printed once. For a store built to give up on a broken
+/// connection well within the lease.
+pub async fn not_recorded_once_down(
+    store: &Arc<dyn Store>,
+    provider: &Arc<CountingProvider>,
+    take_down: impl FnOnce(),
+) {
+    let (entered, finish) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let call = {
+        let call = refund_call(store, &fresh_run(), "1182", 42).lease(Duration::from_millis(500));
+        let (entered, finish, provider) = (entered.clone(), finish.clone(), provider.clone());
+        tokio::spawn(async move {
+            call.run(async {
+                entered.notify_one();
+                finish.notified().await;
+                Ok::<_, RefundError>(provider.refund("1182", 42))
+            })
+            .await
+        })
+    };
+    within("the action", entered.notified()).await;
+    take_down();
+    finish.notify_one();
+    let err = within("the call's end", call)
+        .await
+        .expect("the call's task")
+        .expect_err("a completion the store never took");
+    let err = err.guard().expect("a guard error");
+    assert!(
+        matches!(
+            err,
+            Error::NotRecorded {
+                cause: StoreError::Unavailable(_),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(err.action_ran(), Some(true));
+    assert_each_cause_once(&error_chain(err));
+    assert_eq!(provider.refunds(), 1, "the action ran once");
+}
+
+/// Restarts `server` under `store` `restarts` times and prints how long
+/// after it was back the first calls went through (`measured: ...`): a
+/// call made while it was down, which was trying again, and a new call
+/// made the moment it was back. The server is back when `answers` first
+/// says so (a connection of its own that reads a reply), asked every
+/// millisecond from the stop on. Median and range over the restarts, for
+/// a store's own restart figures.
+pub async fn measure_first_calls_after_restarts<F, Fut>(
+    store: Arc<dyn Store>,
+    server: &mut impl super::Restart,
+    answers: F,
+    restarts: usize,
+) where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = bool> + Send,
+{
+    let run = fresh_run();
+    let provider = Arc::new(CountingProvider::default());
+    let call = |order: String| {
+        let (call, provider) = (refund_call(&store, &run, &order, 42), provider.clone());
+        async move {
+            let outcome = call.run(refunds(&provider, 42)).await;
+            let ended = std::time::Instant::now();
+            assert!(outcome.expect("a call").is_fresh());
+            ended
+        }
+    };
+    let (mut waiting, mut new) = (Vec::new(), Vec::new());
+    for restart in 0..restarts {
+        call(format!("before-{restart}")).await;
+        server.stop().await;
+        let during = tokio::spawn(call(format!("during-{restart}")));
+        let back = {
+            let (answers, after) = (answers.clone(), call(format!("after-{restart}")));
+            tokio::spawn(async move {
+                while !answers().await {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                let back = std::time::Instant::now();
+                (back, after.await)
+            })
+        };
+        server.start().await;
+        let (back, after) = within("the server back", back).await.expect("the probe");
+        let during = within("the call made while down", during)
+            .await
+            .expect("the call's task");
+        new.push(after.saturating_duration_since(back));
+        waiting.push(during.saturating_duration_since(back));
+    }
+    let summary = |mut times: Vec<Duration>| {
+        times.sort();
+        let median = times[times.len() / 2];
+        format!(
+            "median {median:?}, range {:?} to {:?}",
+            times[0],
+            times[times.len() - 1]
+        )
+    };
+    println!(
+        "measured over {restarts} restarts, from the server answering again: a call made while \
+         it was down went through after {}; a new call after {}",
+        summary(waiting),
+        summary(new)
+    );
+}
+
 /// Times 200 fresh calls and their replays through `store`, and prints the
 /// means (`measured: ...`), for a store's own latency figures.
 pub async fn measure_latency_of_a_guarded_call(store: Arc<dyn Store>) {

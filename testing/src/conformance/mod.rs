@@ -66,7 +66,9 @@
 //! cases for a store that does not offer [`Records`]
 //! ([`Suite::with_records`]) or answers a step with
 //! [`StoreError::Unsupported`](idempotent_tools::store::StoreError::Unsupported), every case
-//! when the server's address [is not set](Suite::requiring_env).
+//! when the server's address [is not set](Suite::requiring_env), the
+//! restart cases for a store whose test supplies no server to
+//! [restart](Suite::restarting).
 //!
 //! To run a store's own cases beside the suite, take the suite's
 //! [trials](Suite::trials) and add yours:
@@ -93,6 +95,7 @@ pub mod kit;
 mod leases;
 pub mod processes;
 mod releases;
+mod restarts;
 mod scope;
 mod trial;
 
@@ -102,6 +105,7 @@ use std::sync::Arc;
 
 pub use libtest_mimic;
 use libtest_mimic::{Arguments, Trial};
+pub use restarts::Restart;
 pub use scope::Scope;
 
 use idempotent_tools::records::Records;
@@ -116,6 +120,8 @@ type Make<S> = dyn Fn(Scope) -> Pin<Box<dyn Future<Output = S>>> + Send + Sync;
 type CleanUp = dyn Fn(Scope) -> Pin<Box<dyn Future<Output = ()>>> + Send + Sync;
 type Count<S> = dyn Fn(&S) -> u64 + Send + Sync;
 type AsRecords<S> = fn(Arc<S>) -> Arc<dyn Records>;
+type OpenRestartable<S> =
+    dyn Fn(Scope) -> Pin<Box<dyn Future<Output = (S, Box<dyn restarts::Restarts>)>>> + Send + Sync;
 
 /// The conformance suite for one kind of store: what the store can and
 /// cannot do, and how to make a fresh one for each case.
@@ -131,6 +137,7 @@ pub struct Suite<S> {
     expiry: bool,
     callers: usize,
     env: Option<&'static str>,
+    restartable: Option<Arc<OpenRestartable<S>>>,
 }
 
 impl<S: Store> Suite<S> {
@@ -152,6 +159,7 @@ impl<S: Store> Suite<S> {
             expiry: false,
             callers: 1000,
             env: None,
+            restartable: None,
         }
     }
 
@@ -206,6 +214,103 @@ impl<S: Store> Suite<S> {
     /// fails when `CI` is set, where a missing server is a broken set-up.
     pub fn requiring_env(mut self, var: &'static str) -> Suite<S> {
         self.env = Some(var);
+        self
+    }
+
+    /// The restart cases run: `open` starts a server of the case's own for
+    /// `scope`, opens a store on it, and returns both, the server as a
+    /// [`Restart`] the cases stop and start again under the store while
+    /// calls go on. Without it the restart cases are reported ignored.
+    ///
+    /// The server must keep what it acknowledged across a restart (a Redis
+    /// server with an append-only file, say). It is the case's own, so
+    /// stopping it disturbs no other case; it is dropped at the end of the
+    /// case, after the store, and should stop there.
+    ///
+    /// ```no_run
+    /// use std::process::{Child, Command};
+    /// use idempotent_tools_testing::conformance::{Restart, Scope, Suite};
+    /// # use std::time::Duration;
+    /// # use idempotent_tools::{MemoryStore, store::{Claim, ClaimAnswer, ClaimRequest,
+    /// #     Completion, Store, StoreFuture, StoreResult}};
+    /// # /// A third party's store on a server.
+    /// # struct MyStore(MemoryStore);
+    /// # impl MyStore {
+    /// #     async fn connect(_url: &str) -> MyStore { MyStore(MemoryStore::new()) }
+    /// # }
+    /// # impl Store for MyStore {
+    /// #     fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> { self.0.claim(req) }
+    /// #     fn complete<'a>(&'a self, claim: &'a Claim, done: Completion) -> StoreFuture<'a, StoreResult<()>> { self.0.complete(claim, done) }
+    /// #     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> { self.0.release(claim) }
+    /// #     fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> { self.0.renew(claim, lease) }
+    /// # }
+    ///
+    /// /// A server of the case's own (here a `redis-server`), keeping its
+    /// /// data in the case's directory.
+    /// struct Server {
+    ///     dir: std::path::PathBuf,
+    ///     child: Option<Child>,
+    /// }
+    ///
+    /// impl Server {
+    ///     fn spawn(&mut self) {
+    ///         let child = Command::new("redis-server")
+    ///             .args(["--port", "6390", "--appendonly", "yes", "--appendfsync", "always"])
+    ///             .arg("--dir")
+    ///             .arg(&self.dir)
+    ///             .spawn()
+    ///             .expect("redis-server");
+    ///         self.child = Some(child);
+    ///         // ... and wait until it accepts connections.
+    ///     }
+    /// }
+    ///
+    /// impl Restart for Server {
+    ///     async fn stop(&mut self) {
+    ///         if let Some(mut child) = self.child.take() {
+    ///             child.kill().expect("kill");
+    ///             child.wait().expect("reap");
+    ///         }
+    ///     }
+    ///     async fn start(&mut self) {
+    ///         self.spawn();
+    ///     }
+    /// }
+    ///
+    /// impl Drop for Server {
+    ///     fn drop(&mut self) {
+    ///         if let Some(mut child) = self.child.take() {
+    ///             let _ = child.kill();
+    ///             let _ = child.wait();
+    ///         }
+    ///     }
+    /// }
+    ///
+    /// fn main() {
+    ///     // Every other case runs on the shared server.
+    ///     Suite::new(|_: Scope| MyStore::connect("redis://127.0.0.1:6379"))
+    ///         .restarting(|scope: Scope| async move {
+    ///             let mut server = Server { dir: scope.dir().to_owned(), child: None };
+    ///             server.spawn();
+    ///             (MyStore::connect("redis://127.0.0.1:6390").await, server)
+    ///         })
+    ///         .run()
+    /// }
+    /// ```
+    pub fn restarting<F, Fut, R>(mut self, open: F) -> Suite<S>
+    where
+        F: Fn(Scope) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = (S, R)> + 'static,
+        R: Restart,
+    {
+        let open = Arc::new(open);
+        self.restartable = Some(Arc::new(move |scope| {
+            let open = open.clone();
+            Box::pin(async move {
+                let (store, server) = open(scope).await;
+                (store, Box::new(server) as Box<dyn restarts::Restarts>)
+            })
+        }));
         self
     }
 

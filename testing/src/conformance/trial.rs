@@ -23,6 +23,7 @@ pub(super) fn trials<S: Store>(suite: Arc<Suite<S>>) -> Vec<Trial> {
     cases.extend(super::leases::cases());
     cases.extend(super::durable::cases());
     cases.extend(super::inspection::cases());
+    cases.extend(super::restarts::cases());
     cases.extend(processes::cases());
     let mut trials: Vec<Trial> = cases
         .into_iter()
@@ -94,6 +95,9 @@ impl<S: Store> Suite<S> {
                 "the store retains by key expiry and has no purge job: \
                  a_finished_record_past_its_retention_vanishes_without_a_purge checks it instead",
             ),
+            Need::Restarts if self.restartable.is_none() => {
+                Some("the store's test supplies no server to restart (Suite::restarting)")
+            }
             Need::Expiry if !self.expiry => Some(
                 "the store keeps expired records until a purge \
                  (a_purge_deletes_expired_records... and the other purge cases check it)",
@@ -178,6 +182,14 @@ impl<S: Store> Suite<S> {
                     connect,
                 })
                 .await;
+            }
+            Body::Restarting(body) => {
+                let open = self
+                    .restartable
+                    .clone()
+                    .expect("a restart case runs only with a server to restart");
+                let (store, server) = open(scope).await;
+                body(super::restarts::Restartable::new(Arc::new(store), server)).await;
             }
             Body::Processes(scenario) => {
                 // The parent opens the store first (creating its file or

@@ -19,6 +19,10 @@ use crate::store::{StoreError, StoreResult};
 /// How long connecting, and any one reply, may take.
 const TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The pause before the connection manager tries a broken connection
+/// again (redis-rs waits 100 ms unless told).
+const RECONNECT_PAUSE: Duration = Duration::from_millis(10);
+
 /// A [`RedisStore`] being set up: [`RedisStore::builder`], options, then
 /// [`RedisStoreBuilder::connect`].
 #[derive(Debug, Clone)]
@@ -150,7 +154,11 @@ impl RedisStoreBuilder {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(TIMEOUT))
             .set_response_timeout(Some(TIMEOUT))
-            .set_number_of_retries(1);
+            // One quick retry inside the manager: the steps pace their own
+            // tries (`reconnect_within`), so a longer pause here would only
+            // delay the first call after a restart.
+            .set_number_of_retries(1)
+            .set_min_delay(RECONNECT_PAUSE);
         let mut connections = Vec::with_capacity(self.connections);
         for _ in 0..self.connections {
             let manager = client
