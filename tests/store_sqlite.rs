@@ -225,6 +225,7 @@ fn main() {
     if let Ok(path) = std::env::var(sqlite_cases::transactions::CHILD_FILE) {
         sqlite_cases::transactions::child(&path);
     }
+    sqlite_cases::transactions::install_pause_layer();
     let mut trials = Suite::new(in_scope)
         .with_records()
         .racing_callers(200)

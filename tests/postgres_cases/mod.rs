@@ -21,8 +21,8 @@ mod notify;
 mod outage;
 mod round_trips;
 mod schema;
-pub mod transactions;
 pub mod server;
+pub mod transactions;
 
 pub fn trials() -> Vec<Trial> {
     let mut trials = crate::trials!(plain;

@@ -2,11 +2,12 @@
 //! SQLite file: the effect is a row in an application table in the store's
 //! own file, and each case counts those rows.
 
+use std::cell::RefCell;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use idempotent_tools::call::{Call, Key};
@@ -227,12 +228,17 @@ pub async fn a_call_dropped_before_its_commit_leaves_nothing_and_the_retry_acts_
     );
 }
 
-/// Stops the thread that emits the guard's `claimed` event until `go` says
-/// so: a process paused right after it won its claim.
-struct PauseWhenClaimed {
-    paused: mpsc::Sender<()>,
-    go: Mutex<mpsc::Receiver<()>>,
+thread_local! {
+    /// On the thread of a holder to pause: where it says it claimed, and
+    /// what lets it go on.
+    static PAUSE: RefCell<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>> =
+        const { RefCell::new(None) };
 }
+
+/// Pauses the thread that asked for it ([`PAUSE`]) at the guard's
+/// "claimed" event (the `debug` event with the claim's `fence`), until it is
+/// let go: the claim is held, and its transaction not yet begun.
+struct PauseWhenClaimed;
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for PauseWhenClaimed {
     fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
@@ -241,10 +247,23 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for PauseWhenClaimed {
             && *meta.level() == tracing::Level::DEBUG
             && meta.fields().field("fence").is_some()
         {
-            let _ = self.paused.send(());
-            let _ = self.go.lock().expect("the pause").recv();
+            PAUSE.with(|pause| {
+                if let Some((paused, go)) = pause.borrow().as_ref() {
+                    let _ = paused.send(());
+                    let _ = go.recv();
+                }
+            });
         }
     }
+}
+
+/// Installs [`PauseWhenClaimed`] for the whole test binary, before any case
+/// runs. A subscriber of one thread's own would not do: the guard's events
+/// are met first on other cases' threads, and the interest cached then
+/// could keep them from it.
+pub fn install_pause_layer() {
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(PauseWhenClaimed))
+        .expect("the test binary's only subscriber");
 }
 
 pub async fn a_stale_holder_whose_claim_was_taken_over_has_its_write_rolled_back() {
@@ -258,11 +277,11 @@ pub async fn a_stale_holder_whose_claim_was_taken_over_has_its_write_rolled_back
     let stale = std::thread::spawn({
         let (path, key, acted) = (path.clone(), key.clone(), Arc::clone(&stale_acted));
         move || {
-            let pause = tracing_subscriber::registry().with(PauseWhenClaimed {
-                paused: paused_tx,
-                go: Mutex::new(go_rx),
-            });
-            let _pause = tracing::subscriber::set_default(pause);
+            PAUSE.with(|pause| *pause.borrow_mut() = Some((paused_tx, go_rx)));
+            // Another test's thread may have met the guard's events first,
+            // with no subscriber to want them: ask every callsite again, so
+            // that this thread's subscriber sees them.
+            tracing::callsite::rebuild_interest_cache();
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
