@@ -24,7 +24,7 @@ use idempotent_tools_testing::conformance::kit::{
     CountingProvider as Provider, Ends, Holder, fresh_run, in_flight, refund_call, refund_key,
     refunds,
 };
-use idempotent_tools_testing::conformance::{Scope, Suite, kit};
+use idempotent_tools_testing::conformance::{Restart, Scope, Suite, kit};
 use redis::aio::MultiplexedConnection;
 use redis_cluster::{LocalCluster, Ports, parse_nodes, url};
 
@@ -57,6 +57,31 @@ async fn in_scope(scope: Scope) -> RedisStore {
         assert!(store.listening().await, "the child listens for wake-ups");
     }
     store
+}
+
+/// A Redis Cluster of the case's own, all six nodes keeping every
+/// acknowledged write on disk: the suite's restart cases stop every node at
+/// once and start them again over their data.
+struct RestartableCluster(LocalCluster);
+
+impl Restart for RestartableCluster {
+    async fn stop(&mut self) {
+        tokio::task::block_in_place(|| self.0.stop());
+    }
+    async fn start(&mut self) {
+        tokio::task::block_in_place(|| self.0.restart());
+    }
+}
+
+/// A store on a cluster of the case's own, for the restart cases.
+async fn on_a_cluster_of_its_own(_scope: Scope) -> (RedisStore, RestartableCluster) {
+    let cluster =
+        tokio::task::block_in_place(|| LocalCluster::start_keeping(&redis_cluster::free_ports()));
+    let store = RedisStore::builder_cluster(cluster.urls())
+        .connect()
+        .await
+        .expect("a store on the case's cluster");
+    (store, RestartableCluster(cluster))
 }
 
 /// A connection to one node, for the test's own commands.
@@ -485,6 +510,7 @@ fn main() {
         .racing_callers(200)
         .retaining_by_expiry()
         .counting_statements(RedisStore::round_trips)
+        .restarting(on_a_cluster_of_its_own)
         .trials();
     trials.extend(trials!(NODES;
         the_listener_moves_to_another_node_when_its_node_dies,

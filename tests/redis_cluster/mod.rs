@@ -72,7 +72,10 @@ struct Node {
 }
 
 impl Node {
-    fn start(ports: Ports, dir: &Path) -> Node {
+    /// Starts a node keeping its data in `dir`: with `keeps` in an
+    /// append-only file every write reaches before it is acknowledged, so
+    /// that it comes back with it after a restart; without, in memory only.
+    fn start(ports: Ports, dir: &Path, keeps: bool) -> Node {
         let data = dir.join(ports.port.to_string());
         std::fs::create_dir_all(&data).expect("a node's directory");
         let mut shell = Command::new("sh")
@@ -85,7 +88,12 @@ impl Node {
             .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
             .arg("--cluster-config-file")
             .arg(data.join("nodes.conf"))
-            .args(["--save", "", "--appendonly", "no"])
+            .args(["--save", ""])
+            .args(if keeps {
+                ["--appendonly", "yes", "--appendfsync", "always"]
+            } else {
+                ["--appendonly", "no", "--appendfsync", "everysec"]
+            })
             .arg("--dir")
             .arg(&data)
             .stdin(Stdio::piped())
@@ -126,19 +134,39 @@ impl Drop for Node {
 /// The running cluster; dropping it kills every node.
 pub struct LocalCluster {
     nodes: Vec<Node>,
-    _dir: tempfile::TempDir,
+    ports: Vec<Ports>,
+    keeps: bool,
+    dir: tempfile::TempDir,
 }
 
 impl LocalCluster {
     /// Starts six nodes on `ports`, joins them, and returns once every
     /// node sees the whole cluster healthy and every replica in sync.
     pub fn start(ports: &[Ports]) -> LocalCluster {
+        LocalCluster::starting(ports, false)
+    }
+
+    /// As [`LocalCluster::start`], with nodes that keep every acknowledged
+    /// write on disk, so that the whole cluster can be restarted.
+    pub fn start_keeping(ports: &[Ports]) -> LocalCluster {
+        LocalCluster::starting(ports, true)
+    }
+
+    fn starting(ports: &[Ports], keeps: bool) -> LocalCluster {
         let dir = tempfile::Builder::new()
             .prefix("idempotent-redis-cluster-")
             .tempdir()
             .expect("a directory");
-        let nodes: Vec<Node> = ports.iter().map(|&p| Node::start(p, dir.path())).collect();
-        let cluster = LocalCluster { nodes, _dir: dir };
+        let nodes: Vec<Node> = ports
+            .iter()
+            .map(|&p| Node::start(p, dir.path(), keeps))
+            .collect();
+        let cluster = LocalCluster {
+            nodes,
+            ports: ports.to_vec(),
+            keeps,
+            dir,
+        };
         let created = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(
@@ -182,6 +210,23 @@ impl LocalCluster {
     /// The URL of every node, for the store and for children.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(|n| url(n.port)).collect()
+    }
+
+    /// Kills every node at once, as a power cut would.
+    pub fn stop(&mut self) {
+        self.nodes.clear();
+    }
+
+    /// Starts every node again over what it kept (its data and its
+    /// `nodes.conf`), and returns once the cluster has formed again.
+    pub fn restart(&mut self) {
+        self.nodes.clear();
+        self.nodes = self
+            .ports
+            .iter()
+            .map(|&p| Node::start(p, self.dir.path(), self.keeps))
+            .collect();
+        self.wait_until_formed();
     }
 
     /// Kills the node on `port`.
