@@ -47,7 +47,8 @@ async fn charge(
 async fn main() -> Result<(), PayError> {
     let run = Run::new("run-1").map_err(idempotent_tools::Error::from)?;
     let store = Arc::new(MemoryStore::new());
-    charge(run.clone(), 1, 42, store.clone()).await?;
+    let first = charge(run.clone(), 1, 42, store.clone()).await?;
+    assert!(first.is_fresh());
     let again = charge(run.clone(), 1, 42, store.clone()).await?;
     assert_eq!(
         again.note(),
