@@ -109,7 +109,7 @@
 //! |---|---|---|
 //! | `sqlite` | `SqliteStore`: claims in an SQLite file (bundled, no server) | several processes on one host, or one that must survive restarts |
 //! | `postgres` | `PostgresStore` on tokio-postgres and deadpool-postgres, woken by `LISTEN`/`NOTIFY` | several hosts |
-//! | `redis` | `RedisStore` on redis-rs, one Lua script per step, woken by pub/sub, records kept by key expiry | several hosts that already run Redis or Valkey |
+//! | `redis` | `RedisStore` on redis-rs, one Lua script per step, woken by pub/sub, records kept by key expiry | several hosts that already run Redis, Valkey or a Redis Cluster |
 //! | `metrics` | counters and histograms of guarded calls and store steps through the `metrics` facade ([the names](guide::operations)) | dashboards and alerts |
 //! | `rig` | `idempotent_tools::rig`: `InRun`, `context` and `run_of`, the run carried in rig 0.44's `ToolContext` | rig agents |
 //! | `rmcp` | `idempotent_tools::rmcp`: `run: Run` resolved from each MCP request, `ResolvesRuns`, `RunPolicy`, `RunHeaderLayer`, and `Outcome` as a tool result | MCP servers on rmcp 3.11 |
