@@ -11,7 +11,7 @@ use std::time::Duration;
 use idempotent_tools::call::{Call, Key};
 use idempotent_tools::store::StoreError;
 use idempotent_tools::store::postgres::tokio_postgres;
-use idempotent_tools::{Error, Outcome, PostgresStore};
+use idempotent_tools::{Error, Outcome, PostgresStore, idempotent};
 use idempotent_tools_testing::conformance::kit::unique_id;
 use tokio::sync::Notify;
 
@@ -301,6 +301,81 @@ pub async fn a_process_killed_between_its_write_and_its_commit_leaves_nothing_an
         1,
         "the killed child's write never committed"
     );
+}
+
+/// A shop whose tool keeps its credits in the store's database, written as
+/// an `#[idempotent]` method with `transaction`.
+struct Shop {
+    db: PostgresStore,
+    acted: AtomicUsize,
+}
+
+impl Shop {
+    /// Credits `cents` on `order_id`; a negative amount is written, then
+    /// refused.
+    #[idempotent(key = "txn-<id>:credit:<order_id>", store = &self.db, transaction)]
+    async fn issue_credit(
+        &self,
+        id: String,
+        order_id: String,
+        cents: i64,
+        #[transaction] tx: &tokio_postgres::Transaction<'_>,
+    ) -> Result<Outcome<i64>, CreditError> {
+        self.acted.fetch_add(1, Ordering::SeqCst);
+        tx.execute(
+            "INSERT INTO credits (order_id, cents) VALUES ($1, $2)",
+            &[&order_id, &cents],
+        )
+        .await?;
+        if cents < 0 {
+            return Err(CreditError::Refused);
+        }
+        Ok(cents)
+    }
+}
+
+pub async fn the_attribute_form_commits_the_write_with_its_record_and_replays_it() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let shop = Shop {
+        db: store_with_credits(&schema).await,
+        acted: AtomicUsize::new(0),
+    };
+    let id = unique_id();
+    // The transaction is the guard's to hand over: the caller passes the
+    // ask alone.
+    let first = shop.issue_credit(id.clone(), "A1".into(), 42);
+    fn sends<T: Send>(_: &T) {}
+    sends(&first);
+    let first = first.await.expect("the first call acts");
+    assert!(matches!(first, Outcome::Fresh { value: 42 }), "{first:?}");
+    let again = shop
+        .issue_credit(id.clone(), "A1".into(), 42)
+        .await
+        .expect("the duplicate replays");
+    assert!(matches!(again, Outcome::Replay { value: 42, .. }), "{again:?}");
+    // The amount is fingerprinted, and the transaction is not: the same
+    // key asked for another amount is a conflict.
+    let other = shop
+        .issue_credit(id, "A1".into(), 41)
+        .await
+        .expect("a conflict is an outcome");
+    assert!(other.is_conflict(), "{other:?}");
+    assert_eq!(shop.acted.load(Ordering::SeqCst), 1);
+    assert_eq!(credits(&schema).await, 1, "one credit, committed once");
+
+    // A failing body's write rolls back, and the claim is released.
+    let refused_id = unique_id();
+    let refused = shop.issue_credit(refused_id.clone(), "A2".into(), -5).await;
+    assert!(matches!(refused, Err(CreditError::Refused)), "{refused:?}");
+    assert_eq!(credits(&schema).await, 1, "the refused write rolled back");
+    let retry = shop
+        .issue_credit(refused_id, "A2".into(), -5)
+        .await;
+    assert!(matches!(retry, Err(CreditError::Refused)), "{retry:?}");
+    assert_eq!(shop.acted.load(Ordering::SeqCst), 3, "the retry acted again");
+    assert_eq!(credits(&schema).await, 1);
 }
 
 /// The child: claims the key, writes its credit, says so, and waits to be

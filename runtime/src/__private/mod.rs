@@ -24,6 +24,7 @@ use crate::outcome::{Outcome, ToolOutput};
 mod method_tool;
 mod prepare;
 pub mod rmcp;
+pub mod transaction;
 mod site;
 
 pub use method_tool::{MethodTool, type_identity};
