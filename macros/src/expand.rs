@@ -84,7 +84,9 @@ fn refused_body(input: &Input, body: &Group) -> TokenStream {
         .params
         .bindings
         .iter()
-        .filter(|b| b.role == Role::Plain || keyed.iter().any(|k| b.ident == k))
+        .filter(|b| {
+            matches!(b.role, Role::Plain | Role::Transaction) || keyed.iter().any(|k| b.ident == k)
+        })
         .map(|b| &b.ident);
     let used = quote!(#(let _ = &#used;)*);
     let Body { inner_attrs, block } = Body::split(body);
