@@ -46,6 +46,8 @@ pub fn trials() -> Vec<Trial> {
         transactions::a_failing_action_leaves_no_write_and_a_retry_acts_once,
         transactions::a_stale_holder_whose_claim_was_taken_over_has_its_write_rolled_back,
         transactions::a_process_killed_between_its_write_and_its_commit_leaves_nothing_and_the_retry_acts_once,
+        transactions::a_call_dropped_while_its_commit_goes_through_is_replayed,
+        transactions::a_call_dropped_while_its_commit_fails_leaves_nothing_and_the_retry_acts,
         transactions::the_attribute_form_commits_the_write_with_its_record_and_replays_it,
     ));
     trials.extend(crate::trials!(always;

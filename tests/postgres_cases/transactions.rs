@@ -303,6 +303,102 @@ pub async fn a_process_killed_between_its_write_and_its_commit_leaves_nothing_an
     );
 }
 
+/// A call dropped while its `COMMIT` is on the server: the commit holds at
+/// a deferred trigger on `credits` that waits for an advisory lock the case
+/// holds. Then the server either finishes the commit (`terminate` false)
+/// or its backend is terminated (`terminate` true). Either way the write
+/// and the record are there together or not at all, and with the retry the
+/// credit is issued exactly once.
+async fn a_call_dropped_at_its_commit(terminate: bool) {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let store = Arc::new(store_with_credits(&schema).await);
+    let name = &schema.name;
+    let admin = admin(&schema.url).await;
+    admin
+        .batch_execute(&format!(
+            "CREATE FUNCTION {name}.hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN PERFORM pg_advisory_xact_lock(hashtext('{name}')); RETURN NULL; END $$;
+             CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON {name}.credits
+                 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {name}.hold_commit();
+             SELECT pg_advisory_lock(hashtext('{name}'));"
+        ))
+        .await
+        .expect("hold commits on credits");
+    let key = credit_key(&unique_id());
+    let acted = Arc::new(AtomicUsize::new(0));
+    let call = tokio::spawn({
+        let (store, key, acted) = (Arc::clone(&store), key.clone(), Arc::clone(&acted));
+        // A short lease, so that a claim the release misses frees soon.
+        async move {
+            Call::new("shop::issue_credit", key)
+                .lease(Duration::from_secs(2))
+                .run_in_transaction(&store, move |tx| {
+                    Box::pin(async move {
+                        acted.fetch_add(1, Ordering::SeqCst);
+                        tx.execute(
+                            "INSERT INTO credits (order_id, cents) VALUES ('A1', 42)",
+                            &[],
+                        )
+                        .await?;
+                        Ok::<_, CreditError>(42_i64)
+                    })
+                })
+                .await
+        }
+    });
+    // Polls the server until the commit waits on the lock: the action ran,
+    // the fenced completion is in the transaction, and `COMMIT` was sent.
+    let waiting = format!(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+         AND objid = hashtext('{name}')::oid"
+    );
+    let pid: i32 = loop {
+        if let Some(row) = admin.query_opt(&waiting, &[]).await.expect("read pg_locks") {
+            break row.get(0);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    call.abort();
+    assert!(
+        call.await.expect_err("dropped at its commit").is_cancelled(),
+        "the call was dropped before it ended"
+    );
+    if terminate {
+        admin
+            .execute("SELECT pg_terminate_backend($1)", &[&pid])
+            .await
+            .expect("terminate the committing backend");
+    }
+    admin
+        .execute("SELECT pg_advisory_unlock(hashtext($1))", &[name])
+        .await
+        .expect("let the commit go");
+    assert_eq!(acted.load(Ordering::SeqCst), 1, "the dropped call acted");
+    // The retry waits on the claim's row while the commit holds it.
+    let retry = issue_credit(&store, key, &acted)
+        .await
+        .expect("the retry replays or acts");
+    let committed = !terminate;
+    if committed {
+        assert!(matches!(retry, Outcome::Replay { value: 42, .. }), "{retry:?}");
+        assert_eq!(acted.load(Ordering::SeqCst), 1, "the commit is replayed");
+    } else {
+        assert!(matches!(retry, Outcome::Fresh { value: 42 }), "{retry:?}");
+        assert_eq!(acted.load(Ordering::SeqCst), 2, "nothing committed, so the retry acts");
+    }
+    assert_eq!(credits(&schema).await, 1, "one credit, with its record");
+}
+
+pub async fn a_call_dropped_while_its_commit_goes_through_is_replayed() {
+    a_call_dropped_at_its_commit(false).await;
+}
+
+pub async fn a_call_dropped_while_its_commit_fails_leaves_nothing_and_the_retry_acts() {
+    a_call_dropped_at_its_commit(true).await;
+}
+
 /// A shop whose tool keeps its credits in the store's database, written as
 /// an `#[idempotent]` method with `transaction`.
 struct Shop {
