@@ -362,7 +362,9 @@ async fn a_call_dropped_at_its_commit(terminate: bool) {
     };
     call.abort();
     assert!(
-        call.await.expect_err("dropped at its commit").is_cancelled(),
+        call.await
+            .expect_err("dropped at its commit")
+            .is_cancelled(),
         "the call was dropped before it ended"
     );
     if terminate {
@@ -382,11 +384,18 @@ async fn a_call_dropped_at_its_commit(terminate: bool) {
         .expect("the retry replays or acts");
     let committed = !terminate;
     if committed {
-        assert!(matches!(retry, Outcome::Replay { value: 42, .. }), "{retry:?}");
+        assert!(
+            matches!(retry, Outcome::Replay { value: 42, .. }),
+            "{retry:?}"
+        );
         assert_eq!(acted.load(Ordering::SeqCst), 1, "the commit is replayed");
     } else {
         assert!(matches!(retry, Outcome::Fresh { value: 42 }), "{retry:?}");
-        assert_eq!(acted.load(Ordering::SeqCst), 2, "nothing committed, so the retry acts");
+        assert_eq!(
+            acted.load(Ordering::SeqCst),
+            2,
+            "nothing committed, so the retry acts"
+        );
     }
     assert_eq!(credits(&schema).await, 1, "one credit, with its record");
 }
@@ -450,7 +459,10 @@ pub async fn the_attribute_form_commits_the_write_with_its_record_and_replays_it
         .issue_credit(id.clone(), "A1".into(), 42)
         .await
         .expect("the duplicate replays");
-    assert!(matches!(again, Outcome::Replay { value: 42, .. }), "{again:?}");
+    assert!(
+        matches!(again, Outcome::Replay { value: 42, .. }),
+        "{again:?}"
+    );
     // The amount is fingerprinted, and the transaction is not: the same
     // key asked for another amount is a conflict.
     let other = shop
@@ -466,11 +478,13 @@ pub async fn the_attribute_form_commits_the_write_with_its_record_and_replays_it
     let refused = shop.issue_credit(refused_id.clone(), "A2".into(), -5).await;
     assert!(matches!(refused, Err(CreditError::Refused)), "{refused:?}");
     assert_eq!(credits(&schema).await, 1, "the refused write rolled back");
-    let retry = shop
-        .issue_credit(refused_id, "A2".into(), -5)
-        .await;
+    let retry = shop.issue_credit(refused_id, "A2".into(), -5).await;
     assert!(matches!(retry, Err(CreditError::Refused)), "{retry:?}");
-    assert_eq!(shop.acted.load(Ordering::SeqCst), 3, "the retry acted again");
+    assert_eq!(
+        shop.acted.load(Ordering::SeqCst),
+        3,
+        "the retry acted again"
+    );
     assert_eq!(credits(&schema).await, 1);
 }
 

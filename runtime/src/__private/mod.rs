@@ -24,8 +24,8 @@ use crate::outcome::{Outcome, ToolOutput};
 mod method_tool;
 mod prepare;
 pub mod rmcp;
-pub mod transaction;
 mod site;
+pub mod transaction;
 
 pub use method_tool::{MethodTool, type_identity};
 pub use prepare::{FingerprintArg, Piece, Vouched, note, prepare, store};

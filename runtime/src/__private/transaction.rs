@@ -17,8 +17,8 @@ mod postgres {
     use std::sync::Arc;
 
     use crate::PostgresStore;
-    use crate::guard::TransactionFuture;
     pub use crate::guard::Scope;
+    use crate::guard::TransactionFuture;
     pub use crate::store::postgres::tokio_postgres::Transaction;
 
     /// A store a transactional tool can run in: a Postgres store, shared or

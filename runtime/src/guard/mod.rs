@@ -23,12 +23,12 @@ use crate::{MemoryStore, store::Store};
 pub use active::current_key;
 pub use call::Call;
 pub(crate) use drive::{ErrorCodec, drive};
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub use transaction::{TransactionFuture, TransactionalStore};
 #[cfg(feature = "postgres")]
 pub use transaction::Scope;
 #[cfg(feature = "postgres")]
 pub(crate) use transaction::postgres_call;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub use transaction::{TransactionFuture, TransactionalStore};
 
 /// The memory store, if `store` is one. Its steps are ready as soon as they
 /// are asked, so the guard calls it inline and reads a replay in place: a
