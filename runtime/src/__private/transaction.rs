@@ -2,6 +2,7 @@
 //! the action of [`Call::run_in_transaction`] on a Postgres store, handed
 //! the transaction through the argument marked `#[transaction]`.
 
+#[cfg(feature = "postgres")]
 use std::future::Future;
 
 use super::GuardedReturn;
@@ -105,16 +106,16 @@ where
 /// Stands in for the Postgres form without the `postgres` feature: the
 /// store's bound fails, with a message that says so.
 #[cfg(not(feature = "postgres"))]
-pub fn run<'a, R, S, F>(
+pub async fn run<R, S, F>(
     _call: Result<Call, Error>,
-    store: &'a S,
+    store: &S,
     _action: F,
-) -> impl Future<Output = Result<Outcome<R::Value>, R::Error>> + 'a
+) -> Result<Outcome<R::Value>, R::Error>
 where
     R: GuardedReturn,
     S: InTransaction + ?Sized,
 {
-    async move { match store.never() {} }
+    match store.never() {}
 }
 
 /// Checks at the `store = ...` expression that it names a store a
