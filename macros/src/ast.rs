@@ -11,7 +11,7 @@ use syn::Type;
 use crate::errors::Errors;
 use crate::item::Item;
 use crate::krate::Krate;
-use crate::options::{self, Options};
+use crate::options::{self, Options, Takeover};
 use crate::params::{self, Params};
 use crate::resolve::{self, KeyPlan};
 use crate::signature;
@@ -41,6 +41,7 @@ impl Input {
     pub fn read(args: TokenStream, mut item: Item, errors: &mut Errors) -> Input {
         let options = options::parse(args, errors);
         let params = params::read(&item.sig, errors);
+        check_transaction(&options, &params, errors);
         let ret = signature::check(&item.sig, errors).cloned();
         let template = options.key.as_ref().map(|lit| template::parse(lit, errors));
         let rmcp_tool = item.rmcp_tool().is_some();
@@ -71,5 +72,61 @@ impl Input {
                 Segment::Literal(_) => None,
             })
             .collect()
+    }
+}
+
+/// `transaction` and the `#[transaction]` argument go together, once each,
+/// with a store to open the transaction on.
+fn check_transaction(options: &Options, params: &Params, errors: &mut Errors) {
+    let mut marked = params.transaction.iter();
+    let first = marked.next();
+    for extra in marked {
+        errors.add(
+            extra.marker,
+            "`#[transaction]` is given on two arguments: the body runs in one transaction, \
+             handed through one argument; keep one",
+        );
+    }
+    let Some(at) = options.transaction else {
+        if let Some(first) = first {
+            errors.add(
+                first.marker,
+                "`#[transaction]` marks the argument the guard hands the body's transaction \
+                 through, which needs the `transaction` option: write \
+                 `#[idempotent(key = \"<run>:credit:<order_id>\", store = &self.db, transaction)]`",
+            );
+        }
+        return;
+    };
+    if options.store.is_none() {
+        errors.add(
+            at,
+            "`transaction` runs the body in a transaction on the store's own database, and the \
+             completion commits in it: name the store with `store = ...`, a `PostgresStore` \
+             (`store = &self.db`)",
+        );
+    }
+    if first.is_none() {
+        errors.add(
+            at,
+            "`transaction` hands the body its transaction through an argument marked \
+             `#[transaction]`, and none is: add `#[transaction] tx: &Transaction<'_>` \
+             (`idempotent_tools::store::postgres::tokio_postgres::Transaction`)",
+        );
+    }
+    if options.record_errors {
+        errors.add(
+            at,
+            "`record_errors` cannot go with `transaction`: an `Err` rolls the body's writes back, \
+             and the claim is released so that a retry acts; leave out `record_errors`",
+        );
+    }
+    if options.takeover == Some(Takeover::ReportUnknown) {
+        errors.add(
+            at,
+            "`takeover = \"report_unknown\"` cannot go with `transaction`: a holder whose lease \
+             ran out cannot have committed its writes without its record, so a takeover always \
+             acts; leave out `takeover`",
+        );
     }
 }

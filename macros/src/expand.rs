@@ -60,8 +60,17 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         Some(_) => instrumented::replace_user_block(outer, body),
         None => body,
     };
+    let guarded = errors.is_empty() && input.ret.is_some() && input.plan.is_some();
     let errors = errors.to_compile_errors();
-    let item = input.item.with_body(body);
+    let item = match input.params.transaction.first() {
+        // The transaction is the guard's to hand over: callers never pass it.
+        Some(tx) if guarded => {
+            let mut item = input.item.clone_without_input(tx.index);
+            item.body = input.item.body.clone();
+            item.with_body(body)
+        }
+        _ => input.item.with_body(body),
+    };
     quote!(#errors #item)
 }
 
@@ -75,7 +84,9 @@ fn refused_body(input: &Input, body: &Group) -> TokenStream {
         .params
         .bindings
         .iter()
-        .filter(|b| b.role == Role::Plain || keyed.iter().any(|k| b.ident == k))
+        .filter(|b| {
+            matches!(b.role, Role::Plain | Role::Transaction) || keyed.iter().any(|k| b.ident == k)
+        })
         .map(|b| &b.ident);
     let used = quote!(#(let _ = &#used;)*);
     let Body { inner_attrs, block } = Body::split(body);
@@ -175,13 +186,42 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
     let run = quote_spanned!(ret_span=>
         #at_ret::wrap::<#ret>(#run(#call, async move #block).await)
     );
+    let transaction = input
+        .params
+        .transaction
+        .first()
+        .filter(|_| options.transaction.is_some());
 
     // The call is prepared in a statement of its own: the tables' borrows
     // of the arguments end there, before the body moves them, and nothing
     // of it is held across an `.await`.
     let store = match &input.options.store {
-        Some(store) => quote!(#private::store(#store)),
-        None => quote_spanned!(def=> ::core::option::Option::None),
+        Some(store) if transaction.is_none() => quote!(#private::store(#store)),
+        _ => quote_spanned!(def=> ::core::option::Option::None),
+    };
+    // Under `transaction`, the body is the action of a call run in a
+    // transaction on the store, handed it through the marked argument.
+    let run = match (transaction, &input.options.store) {
+        (Some(tx), Some(store)) => {
+            let handed = Ident::new("__idempotent_tx", def);
+            let on = Ident::new("__idempotent_store", def);
+            let (pat, ty) = (&tx.pat, &tx.ty);
+            let at_store = krate.private_at(store.span());
+            let in_transaction = quote_spanned!(ret_span=>
+                #at_ret::transaction::run::<#ret, _, _>
+            );
+            quote_spanned! {ret_span=>
+                let #on = &(#store);
+                let #on = #at_store::transaction::in_transaction(#on);
+                #at_ret::wrap::<#ret>(#in_transaction(#call, #on, move |#handed, _| {
+                    ::std::boxed::Box::pin(async move {
+                        let #pat: #ty = #handed;
+                        #block
+                    })
+                }).await)
+            }
+        }
+        _ => run,
     };
     let prepared = quote_spanned!(def=>
         #private::prepare(#tool, &[#(#pieces),*], &[#(#fingerprint_steps),*], #policy, #store)

@@ -6,9 +6,11 @@
 //! that another attribute below or above it reads the same function. The
 //! body is kept as tokens, unparsed (tracing-attributes' `MaybeItemFn`): it
 //! is handed on whole, inside the guard. The one change outside the body:
-//! the inert markers `#[free_text]`, `#[call_id]`, `#[context]` and
-//! `#[identifier]` are taken off the parameters, since no other macro knows
-//! them.
+//! the inert markers `#[free_text]`, `#[call_id]`, `#[context]`,
+//! `#[identifier]` and `#[transaction]` are taken off the parameters, since
+//! no other macro knows them; and under `transaction`, the argument marked
+//! `#[transaction]` is taken out of the signature, since the guard, not the
+//! caller, hands it over.
 
 use proc_macro2::{Delimiter, Group, Span, TokenStream};
 use quote::{ToTokens, TokenStreamExt};
@@ -54,6 +56,25 @@ impl Item {
                 FnArg::Typed(typed) => &mut typed.attrs,
             };
             attrs.retain(|attr| marker_name(attr).is_none());
+        }
+    }
+
+    /// The item without its input at `index`, and with an empty body.
+    pub fn clone_without_input(&self, index: usize) -> Item {
+        let mut sig = self.sig.clone();
+        sig.inputs = self
+            .sig
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != index)
+            .map(|(_, input)| input.clone())
+            .collect();
+        Item {
+            attrs: self.attrs.clone(),
+            vis: self.vis.clone(),
+            sig,
+            body: Group::new(Delimiter::Brace, TokenStream::new()),
         }
     }
 

@@ -135,6 +135,15 @@ mod values;
 ///   holder does;
 /// - `note = "..."`, `conflict_note = "..."`: what a replay or a conflict
 ///   tells the model;
+/// - `transaction` (Postgres): the body runs in a transaction on the
+///   database of the store named by `store = ...`, handed to it through the
+///   argument marked `#[transaction]` (`#[transaction] tx: &Transaction<'_>`),
+///   and the call's record commits in that same transaction, so the body's
+///   writes and the record commit together or not at all. The marked
+///   argument is taken out of the signature: callers never pass it, and it
+///   is never keyed or fingerprinted. Not with `record_errors` nor
+///   `takeover = "report_unknown"`. See the guide's chapter on
+///   transactions;
 /// - `tool = "..."`: the tool's identity in the store. Otherwise a free
 ///   function is `module::name`, and a method is `module::Type::name`, with
 ///   the type read from `Self` at run time (its own name and its generic

@@ -54,6 +54,9 @@ const OPTIONS: &[(&str, Read)] = &[
     ("tool", |o, name, value, errors| {
         o.tool = values::tool(name, value, errors);
     }),
+    ("transaction", |o, name, value, errors| {
+        o.transaction = values::transaction(name, value, errors);
+    }),
 ];
 
 /// Names people reach for, and the option that does the job here.
@@ -77,6 +80,8 @@ const SYNONYMS: &[(&str, &str)] = &[
     ("errors", "record_errors"),
     ("backend", "store"),
     ("name", "tool"),
+    ("transactional", "transaction"),
+    ("tx", "transaction"),
     ("tool_name", "tool"),
 ];
 
@@ -93,6 +98,10 @@ pub struct Options {
     pub note: Option<LitStr>,
     pub conflict_note: Option<LitStr>,
     pub tool: Option<LitStr>,
+    /// `transaction`, where it is written: the body runs in a transaction
+    /// on the store's database, handed through the `#[transaction]`
+    /// argument.
+    pub transaction: Option<Span>,
 }
 
 /// One option as written: `name`, `name = value`, or a bare value.

@@ -16,7 +16,11 @@
 //!   context types listed in [`CONTEXT_TYPES`]). Its fields may be keyed on
 //!   (`<ctx.tenant>`); it is never fingerprinted. A type of the user's own is
 //!   context only when marked, whatever its name: `RefundContext { usd }`
-//!   may carry part of the ask.
+//!   may carry part of the ask;
+//! - **the transaction**: the argument marked `#[transaction]` under
+//!   `#[idempotent(.., transaction)]`, which the guard fills with the
+//!   transaction the body writes in. It is taken out of the signature:
+//!   callers never pass it. Never in the key, never fingerprinted.
 //!
 //! Apart from its role, a plain parameter may be marked `#[identifier]`: the
 //! user vouches that its name, and the field names under it, name ids even
@@ -35,7 +39,13 @@ use crate::names;
 
 /// The inert markers `#[idempotent]` reads on parameters and strips from its
 /// output.
-pub const MARKERS: &[&str] = &["free_text", "call_id", "context", "identifier"];
+pub const MARKERS: &[&str] = &[
+    "free_text",
+    "call_id",
+    "context",
+    "identifier",
+    "transaction",
+];
 
 /// The frameworks' own context types, by their last path segment: rig's
 /// `ToolContext`, and rmcp's `RequestContext` and the other extractors that
@@ -64,6 +74,7 @@ pub enum Role {
     FreeText(Why),
     CallId(Why),
     Context,
+    Transaction,
 }
 
 /// How a role was recognised, to say so in messages.
@@ -85,11 +96,24 @@ pub struct Binding {
     pub type_span: Span,
 }
 
+/// An argument marked `#[transaction]`.
+pub struct TransactionArg {
+    /// The marker's span.
+    pub marker: Span,
+    /// Its place among the function's inputs, `self` included.
+    pub index: usize,
+    /// Its pattern and type, as written.
+    pub pat: Pat,
+    pub ty: Type,
+}
+
 /// The parameters, read.
 pub struct Params {
     /// The `self` token, if the function is a method.
     pub receiver: Option<Span>,
     pub bindings: Vec<Binding>,
+    /// The arguments marked `#[transaction]`, in order.
+    pub transaction: Vec<TransactionArg>,
 }
 
 impl Params {
@@ -114,8 +138,9 @@ pub fn read(sig: &Signature, errors: &mut Errors) -> Params {
     let mut params = Params {
         receiver: None,
         bindings: Vec::new(),
+        transaction: Vec::new(),
     };
-    for input in &sig.inputs {
+    for (index, input) in sig.inputs.iter().enumerate() {
         match input {
             FnArg::Receiver(receiver) => {
                 params.receiver = Some(receiver.self_token.span);
@@ -131,6 +156,19 @@ pub fn read(sig: &Signature, errors: &mut Errors) -> Params {
             }
             FnArg::Typed(typed) => {
                 let role = role_of(&typed.attrs, &typed.ty, errors);
+                if role == Role::Transaction
+                    && let Some(marker) = typed
+                        .attrs
+                        .iter()
+                        .find(|attr| marker_name(attr) == Some("transaction"))
+                {
+                    params.transaction.push(TransactionArg {
+                        marker: marker.path().span(),
+                        index,
+                        pat: (*typed.pat).clone(),
+                        ty: (*typed.ty).clone(),
+                    });
+                }
                 let identifier = typed
                     .attrs
                     .iter()
@@ -194,7 +232,8 @@ fn role_of(attrs: &[Attribute], ty: &Type, errors: &mut Errors) -> Role {
                     attr.path().span(),
                     format!(
                         "`#[{first_shown}]` and `#[{shown}]` contradict each other: an argument \
-                         is either free text, a call id or context; keep the one it is"
+                         is either free text, a call id, context or the transaction; keep the \
+                         one it is"
                     ),
                 );
             } else if ours && first_ours {
@@ -209,6 +248,7 @@ fn role_of(attrs: &[Attribute], ty: &Type, errors: &mut Errors) -> Role {
         role = Some(match name {
             "free_text" => Role::FreeText(Why::Marker),
             "call_id" => Role::CallId(Why::Marker),
+            "transaction" => Role::Transaction,
             _ => Role::Context,
         });
     }

@@ -148,6 +148,13 @@ fn placeholder(
             ));
         }
         Role::CallId(why) => return Err(call_id(&shown, name, name, why)),
+        Role::Transaction => {
+            return Err(format!(
+                "`{shown}` is the transaction (`{name}` is marked `#[transaction]`): the guard \
+                 opens a new one for each call, so it is no part of the ask and names no action. \
+                 Key on the ids of the action instead, such as `<run>:credit:<order_id>`"
+            ));
+        }
         Role::Plain | Role::Context => {}
     }
     if !binding.identifier {

@@ -179,6 +179,18 @@ pub fn record_errors(value: Option<Expr>, errors: &mut Errors) -> bool {
     false
 }
 
+pub fn transaction(name: &Ident, value: Option<Expr>, errors: &mut Errors) -> Option<Span> {
+    let Some(value) = value else {
+        return Some(name.span());
+    };
+    errors.add(
+        value.span(),
+        "`transaction` is a flag: write `transaction` alone to run the body in a transaction on \
+         the store's database, handed through an argument marked `#[transaction]`",
+    );
+    None
+}
+
 pub fn takeover(name: &Ident, value: Option<Expr>, errors: &mut Errors) -> Option<Takeover> {
     const CHOICES: [&str; 2] = ["rerun", "report_unknown"];
     let lit = value.as_ref().and_then(string_literal);

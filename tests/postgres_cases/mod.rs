@@ -52,6 +52,9 @@ pub fn trials() -> Vec<Trial> {
         transactions::a_process_killed_between_its_write_and_its_commit_leaves_nothing_and_the_retry_acts_once,
         outage::a_call_dropped_while_its_steps_retry_leaves_no_claim_stuck_and_no_result_lost,
         outage::a_completion_whose_server_stays_away_past_the_lease_is_not_recorded_and_says_the_action_ran,
+        transactions::a_call_dropped_while_its_commit_goes_through_is_replayed,
+        transactions::a_call_dropped_while_its_commit_fails_leaves_nothing_and_the_retry_acts,
+        transactions::the_attribute_form_commits_the_write_with_its_record_and_replays_it,
     ));
     trials.extend(crate::trials!(always;
         errors::a_server_that_is_down_is_unavailable_and_nothing_runs,

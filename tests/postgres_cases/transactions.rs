@@ -11,7 +11,7 @@ use std::time::Duration;
 use idempotent_tools::call::{Call, Key};
 use idempotent_tools::store::StoreError;
 use idempotent_tools::store::postgres::tokio_postgres;
-use idempotent_tools::{Error, Outcome, PostgresStore};
+use idempotent_tools::{Error, Outcome, PostgresStore, idempotent};
 use idempotent_tools_testing::conformance::kit::unique_id;
 use tokio::sync::Notify;
 
@@ -301,6 +301,191 @@ pub async fn a_process_killed_between_its_write_and_its_commit_leaves_nothing_an
         1,
         "the killed child's write never committed"
     );
+}
+
+/// A call dropped while its `COMMIT` is on the server: the commit holds at
+/// a deferred trigger on `credits` that waits for an advisory lock the case
+/// holds. Then the server either finishes the commit (`terminate` false)
+/// or its backend is terminated (`terminate` true). Either way the write
+/// and the record are there together or not at all, and with the retry the
+/// credit is issued exactly once.
+async fn a_call_dropped_at_its_commit(terminate: bool) {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let store = Arc::new(store_with_credits(&schema).await);
+    let name = &schema.name;
+    let admin = admin(&schema.url).await;
+    admin
+        .batch_execute(&format!(
+            "CREATE FUNCTION {name}.hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN PERFORM pg_advisory_xact_lock(hashtext('{name}')); RETURN NULL; END $$;
+             CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON {name}.credits
+                 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {name}.hold_commit();
+             SELECT pg_advisory_lock(hashtext('{name}'));"
+        ))
+        .await
+        .expect("hold commits on credits");
+    let key = credit_key(&unique_id());
+    let acted = Arc::new(AtomicUsize::new(0));
+    let call = tokio::spawn({
+        let (store, key, acted) = (Arc::clone(&store), key.clone(), Arc::clone(&acted));
+        // A short lease, so that a claim the release misses frees soon.
+        async move {
+            Call::new("shop::issue_credit", key)
+                .lease(Duration::from_secs(2))
+                .run_in_transaction(&store, move |tx| {
+                    Box::pin(async move {
+                        acted.fetch_add(1, Ordering::SeqCst);
+                        tx.execute(
+                            "INSERT INTO credits (order_id, cents) VALUES ('A1', 42)",
+                            &[],
+                        )
+                        .await?;
+                        Ok::<_, CreditError>(42_i64)
+                    })
+                })
+                .await
+        }
+    });
+    // Polls the server until the commit waits on the lock: the action ran,
+    // the fenced completion is in the transaction, and `COMMIT` was sent.
+    let waiting = format!(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+         AND objid = hashtext('{name}')::oid"
+    );
+    let pid: i32 = loop {
+        if let Some(row) = admin.query_opt(&waiting, &[]).await.expect("read pg_locks") {
+            break row.get(0);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    call.abort();
+    assert!(
+        call.await
+            .expect_err("dropped at its commit")
+            .is_cancelled(),
+        "the call was dropped before it ended"
+    );
+    if terminate {
+        admin
+            .execute("SELECT pg_terminate_backend($1)", &[&pid])
+            .await
+            .expect("terminate the committing backend");
+    }
+    admin
+        .execute("SELECT pg_advisory_unlock(hashtext($1))", &[name])
+        .await
+        .expect("let the commit go");
+    assert_eq!(acted.load(Ordering::SeqCst), 1, "the dropped call acted");
+    // The retry waits on the claim's row while the commit holds it.
+    let retry = issue_credit(&store, key, &acted)
+        .await
+        .expect("the retry replays or acts");
+    let committed = !terminate;
+    if committed {
+        assert!(
+            matches!(retry, Outcome::Replay { value: 42, .. }),
+            "{retry:?}"
+        );
+        assert_eq!(acted.load(Ordering::SeqCst), 1, "the commit is replayed");
+    } else {
+        assert!(matches!(retry, Outcome::Fresh { value: 42 }), "{retry:?}");
+        assert_eq!(
+            acted.load(Ordering::SeqCst),
+            2,
+            "nothing committed, so the retry acts"
+        );
+    }
+    assert_eq!(credits(&schema).await, 1, "one credit, with its record");
+}
+
+pub async fn a_call_dropped_while_its_commit_goes_through_is_replayed() {
+    a_call_dropped_at_its_commit(false).await;
+}
+
+pub async fn a_call_dropped_while_its_commit_fails_leaves_nothing_and_the_retry_acts() {
+    a_call_dropped_at_its_commit(true).await;
+}
+
+/// A shop whose tool keeps its credits in the store's database, written as
+/// an `#[idempotent]` method with `transaction`.
+struct Shop {
+    db: PostgresStore,
+    acted: AtomicUsize,
+}
+
+impl Shop {
+    /// Credits `cents` on `order_id`; a negative amount is written, then
+    /// refused.
+    #[idempotent(key = "txn-<id>:credit:<order_id>", store = &self.db, transaction)]
+    async fn issue_credit(
+        &self,
+        id: String,
+        order_id: String,
+        cents: i64,
+        #[transaction] tx: &tokio_postgres::Transaction<'_>,
+    ) -> Result<Outcome<i64>, CreditError> {
+        self.acted.fetch_add(1, Ordering::SeqCst);
+        tx.execute(
+            "INSERT INTO credits (order_id, cents) VALUES ($1, $2)",
+            &[&order_id, &cents],
+        )
+        .await?;
+        if cents < 0 {
+            return Err(CreditError::Refused);
+        }
+        Ok(cents)
+    }
+}
+
+pub async fn the_attribute_form_commits_the_write_with_its_record_and_replays_it() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let shop = Shop {
+        db: store_with_credits(&schema).await,
+        acted: AtomicUsize::new(0),
+    };
+    let id = unique_id();
+    // The transaction is the guard's to hand over: the caller passes the
+    // ask alone.
+    let first = shop.issue_credit(id.clone(), "A1".into(), 42);
+    fn sends<T: Send>(_: &T) {}
+    sends(&first);
+    let first = first.await.expect("the first call acts");
+    assert!(matches!(first, Outcome::Fresh { value: 42 }), "{first:?}");
+    let again = shop
+        .issue_credit(id.clone(), "A1".into(), 42)
+        .await
+        .expect("the duplicate replays");
+    assert!(
+        matches!(again, Outcome::Replay { value: 42, .. }),
+        "{again:?}"
+    );
+    // The amount is fingerprinted, and the transaction is not: the same
+    // key asked for another amount is a conflict.
+    let other = shop
+        .issue_credit(id, "A1".into(), 41)
+        .await
+        .expect("a conflict is an outcome");
+    assert!(other.is_conflict(), "{other:?}");
+    assert_eq!(shop.acted.load(Ordering::SeqCst), 1);
+    assert_eq!(credits(&schema).await, 1, "one credit, committed once");
+
+    // A failing body's write rolls back, and the claim is released.
+    let refused_id = unique_id();
+    let refused = shop.issue_credit(refused_id.clone(), "A2".into(), -5).await;
+    assert!(matches!(refused, Err(CreditError::Refused)), "{refused:?}");
+    assert_eq!(credits(&schema).await, 1, "the refused write rolled back");
+    let retry = shop.issue_credit(refused_id, "A2".into(), -5).await;
+    assert!(matches!(retry, Err(CreditError::Refused)), "{retry:?}");
+    assert_eq!(
+        shop.acted.load(Ordering::SeqCst),
+        3,
+        "the retry acted again"
+    );
+    assert_eq!(credits(&schema).await, 1);
 }
 
 /// The child: claims the key, writes its credit, says so, and waits to be

@@ -25,6 +25,7 @@ mod method_tool;
 mod prepare;
 pub mod rmcp;
 mod site;
+pub mod transaction;
 
 pub use method_tool::{MethodTool, type_identity};
 pub use prepare::{FingerprintArg, Piece, Vouched, note, prepare, store};

@@ -23,6 +23,10 @@ use crate::{MemoryStore, store::Store};
 pub use active::current_key;
 pub use call::Call;
 pub(crate) use drive::{ErrorCodec, drive};
+#[cfg(feature = "postgres")]
+pub use transaction::Scope;
+#[cfg(feature = "postgres")]
+pub(crate) use transaction::postgres_call;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub use transaction::{TransactionFuture, TransactionalStore};
 

@@ -277,20 +277,45 @@ impl TransactionalStore for PostgresStore {
         T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
         E: From<Error> + Send + 'static,
     {
-        let call = call.store(self.shared()).takeover(Takeover::Rerun);
-        let span = observe::call_span(&call.tool, call.key.as_str(), call.store.as_deref());
-        in_postgres(call, self, action).instrument(span)
+        postgres_call(call, self, move |tx, _| action(tx))
     }
 }
 
+/// What an action that runs in a Postgres transaction may borrow besides
+/// the transaction: things that live for `'a`, which outlive the
+/// transaction's `'t`. The type carries that bound into the action's
+/// higher-ranked signature, so that an action may borrow the tool's
+/// `&self` and arguments, as `#[idempotent(.., transaction)]` needs.
 #[cfg(feature = "postgres")]
-async fn in_postgres<T, E, F>(
+pub type Scope<'t, 'a> = std::marker::PhantomData<&'t &'a ()>;
+
+/// A call on `store`, run with `action` in a transaction: the call's store
+/// is `store`, and a takeover always acts.
+#[cfg(feature = "postgres")]
+pub(crate) fn postgres_call<'a, T, E, F>(
+    call: Call,
+    store: &'a PostgresStore,
+    action: F,
+) -> impl Future<Output = Result<Outcome<T>, E>> + 'a
+where
+    F: for<'t> FnOnce(&'t PgTransaction<'t>, Scope<'t, 'a>) -> TransactionFuture<'t, Result<T, E>>
+        + 'a,
+    T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    E: From<Error> + 'a,
+{
+    let call = call.store(store.shared()).takeover(Takeover::Rerun);
+    let span = observe::call_span(&call.tool, call.key.as_str(), call.store.as_deref());
+    in_postgres(call, store, action).instrument(span)
+}
+
+#[cfg(feature = "postgres")]
+async fn in_postgres<'a, T, E, F>(
     mut call: Call,
-    store: &PostgresStore,
+    store: &'a PostgresStore,
     action: F,
 ) -> Result<Outcome<T>, E>
 where
-    F: for<'t> FnOnce(&'t PgTransaction<'t>) -> TransactionFuture<'t, Result<T, E>>,
+    F: for<'t> FnOnce(&'t PgTransaction<'t>, Scope<'t, 'a>) -> TransactionFuture<'t, Result<T, E>>,
     T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
     E: From<Error>,
 {
@@ -322,7 +347,7 @@ where
     };
     // Polled as the key's action, so that `current_key` names it.
     let acted = {
-        let mut acted = pin!(action(&tx));
+        let mut acted = pin!(action(&tx, std::marker::PhantomData));
         std::future::poll_fn(|cx| acting.active.poll_as(|| acted.as_mut().poll(cx))).await
     };
     let value = match acted {

@@ -1,0 +1,31 @@
+// The transaction is new on each call and no part of the ask: it names no
+// action, so it cannot be keyed on.
+use idempotent_tools::{Outcome, Run, idempotent};
+
+#[derive(Debug, thiserror::Error)]
+enum CreditError {
+    #[error(transparent)]
+    Idempotency(#[from] idempotent_tools::Error),
+}
+
+/// Stands in for the database's transaction: the rule is checked before
+/// any type is.
+struct Transaction;
+
+struct Shop {
+    db: (),
+}
+
+impl Shop {
+    #[idempotent(key = "<run>:credit:<tx>", store = &self.db, transaction)]
+    async fn issue_credit(
+        &self,
+        run: Run,
+        order_id: String,
+        #[transaction] tx: &Transaction,
+    ) -> Result<Outcome<u64>, CreditError> {
+        Ok(0)
+    }
+}
+
+fn main() {}

@@ -1,0 +1,26 @@
+// `transaction` hands the body its transaction through an argument marked
+// `#[transaction]`: without one, the body could not write in it.
+use idempotent_tools::{Outcome, Run, idempotent};
+
+#[derive(Debug, thiserror::Error)]
+enum CreditError {
+    #[error(transparent)]
+    Idempotency(#[from] idempotent_tools::Error),
+}
+
+/// Stands in for the database's transaction: the rule is checked before
+/// any type is.
+struct Transaction;
+
+struct Shop {
+    db: (),
+}
+
+impl Shop {
+    #[idempotent(key = "<run>:credit:<order_id>", store = &self.db, transaction)]
+    async fn issue_credit(&self, run: Run, order_id: String) -> Result<Outcome<u64>, CreditError> {
+        Ok(0)
+    }
+}
+
+fn main() {}
