@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod durable;
 pub mod peers;
+pub mod results;
 
 /// The tool id the by-hand guard records.
 pub const TOOL: &str = "benches::refund";
