@@ -19,7 +19,6 @@ mod table;
 mod versions;
 
 pub use attempt::{attempt, attempt_in, tools};
-pub use ledger::Ledger;
 pub use model::{
     ask, forty_two_then_forty_one, once_in_each_of_two_steps, once_then_again_if_it_failed,
     twice_in_one_step,
