@@ -52,7 +52,7 @@ async fn assert_row(version: &str, refunds: usize, calls: usize, model_got: &str
 }
 
 #[tokio::test]
-async fn the_table_has_the_six_usual_versions_then_the_four_idempotent_rows_in_order() {
+async fn the_table_has_the_six_usual_versions_the_four_idempotent_rows_then_the_two_ledger_rows() {
     let versions: Vec<_> = table().await.rows.iter().map(|row| row.version).collect();
     assert_eq!(
         versions,
@@ -67,6 +67,8 @@ async fn the_table_has_the_six_usual_versions_then_the_four_idempotent_rows_in_o
             "#[idempotent]: the same call in two steps",
             "#[idempotent]: fails after the refund, retried",
             "#[idempotent]: $42, then $41 on the same order",
+            "ledger in SQLite: crashes after its write",
+            "ledger in SQLite: same crash, in a transaction",
         ]
     );
 }
@@ -184,6 +186,32 @@ async fn the_model_is_told_on_a_conflict_which_refund_stands() {
             "note": DEFAULT_CONFLICT_NOTE,
         })
     );
+}
+
+#[tokio::test]
+async fn a_ledger_write_that_commits_on_its_own_is_written_again_after_a_crash() {
+    // The crash released the claim with nothing recorded; the committed row
+    // stayed, and the retry wrote a second one.
+    assert_row(
+        "ledger in SQLite: crashes after its write",
+        2,
+        2,
+        "error / fresh re_2",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_ledger_write_in_the_calls_transaction_is_written_once_through_a_crash() {
+    // The crash rolled the first write back with the call; the retry wrote
+    // the only row.
+    assert_row(
+        "ledger in SQLite: same crash, in a transaction",
+        1,
+        2,
+        "error / fresh re_1",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -369,4 +397,20 @@ async fn every_row_says_what_went_wrong_or_why_its_count_is_right() {
         let verdict = row(version).await.verdict;
         assert!(verdict.contains("only"), "`{version}`: {verdict}");
     }
+}
+
+#[tokio::test]
+async fn the_readme_shows_what_the_example_prints() {
+    let readme = include_str!("../README.md");
+    let shown = readme
+        .split_once("$ cargo run --example refund\n")
+        .and_then(|(_, rest)| rest.split_once("\n```"))
+        .map(|(block, _)| block)
+        .expect("the README shows the example's output in a text block");
+    let printed = table().await.to_string();
+    assert_eq!(
+        shown.trim_end(),
+        printed.trim_end(),
+        "the README's copy of `cargo run --example refund` is out of date"
+    );
 }

@@ -3,13 +3,16 @@
 //! A scripted model asks to refund order 1182 twice, and each version of the
 //! `refund_order` tool runs against a fresh stand-in payment provider, which
 //! counts the refunds it made. The first six versions are the usual ways to
-//! write the tool; the last four rows are `#[idempotent]`.
+//! write the tool; the next four rows are `#[idempotent]`. The last two keep
+//! the refund as a row in the shop's own SQLite database, and crash between
+//! that write and the record of the call.
 //!
 //! ```sh
 //! cargo run --example refund
 //! ```
 
 mod attempt;
+mod ledger;
 mod model;
 mod shop;
 mod table;
@@ -30,7 +33,7 @@ use idempotent_tools::Run;
 use idempotent_tools_testing::{Runner, ToolResult};
 
 #[tokio::main]
-async fn main() -> Result<(), idempotent_tools::Error> {
+async fn main() -> Result<(), shop::PayError> {
     print!("{}", table().await?);
     Ok(())
 }
@@ -39,7 +42,7 @@ async fn main() -> Result<(), idempotent_tools::Error> {
 const RUN: &str = "run-1";
 
 /// Plays each version of the tool against the model that repeats itself.
-pub async fn table() -> Result<Table, idempotent_tools::Error> {
+pub async fn table() -> Result<Table, shop::PayError> {
     // A step's tool calls run at the same time, as the AI SDK's `Promise.all` runs them.
     let together = Runner::new().in_run(Run::new(RUN)?);
     let one_at_a_time = together.clone().tool_call_concurrency(1);
@@ -131,6 +134,25 @@ pub async fn table() -> Result<Table, idempotent_tools::Error> {
         .transcript
         .result("call_b")
         .map(ToolResult::seen_by_model);
+
+    // 8. The refund is a row in the shop's own database, and the tool crashes after writing it.
+    let row = ledger::attempt(&together, once_then_again_if_it_failed(), ledger::guarded).await?;
+    table.push(
+        "ledger in SQLite: crashes after its write",
+        "two: the write committed on its own, so the retry wrote again",
+        &row,
+    );
+    let row = ledger::attempt(
+        &together,
+        once_then_again_if_it_failed(),
+        ledger::in_transaction,
+    )
+    .await?;
+    table.push(
+        "ledger in SQLite: same crash, in a transaction",
+        "one: the write and the call's record commit together, so the crash left neither",
+        &row,
+    );
 
     Ok(table)
 }

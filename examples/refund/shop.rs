@@ -46,4 +46,10 @@ pub enum PayError {
     Provider(#[from] ProviderError),
     #[error(transparent)]
     Idempotency(#[from] idempotent_tools::Error),
+    /// The shop's own database failed.
+    #[error("the ledger failed: {0}")]
+    Ledger(String),
+    /// The tool's process died mid-call (a stand-in: the task panicked).
+    #[error("the tool crashed")]
+    Crashed,
 }

@@ -102,7 +102,8 @@ impl fmt::Display for Table {
             "\n\"refunds on file\" is what the provider kept: what the customer sees. \"calls received\" is\n\
              how many refund requests reached it. A provider that honours keys answers a repeat with\n\
              the first refund, so 1 on file after 2 calls means the provider saved the day; 1 after 1\n\
-             means the tool stopped the repeat itself."
+             means the tool stopped the repeat itself. In the two ledger rows the refund is a row in the\n\
+             shop's own database: \"on file\" counts the rows committed, \"received\" the writes begun."
         )?;
         let pretty = |value: &Option<serde_json::Value>| {
             value
