@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 
+mod batch;
 mod builder;
 mod error;
 mod listener;
@@ -52,6 +53,10 @@ pub const LISTENER_NAME: &str = "idempotent listener";
 
 /// How many rows one purge statement deletes at most.
 pub const DEFAULT_PURGE_BATCH: usize = 1000;
+
+/// The most claims (or completions) one coalesced statement carries, unless
+/// [`PostgresStoreBuilder::coalesce_batch`] says otherwise.
+pub const DEFAULT_COALESCE_BATCH: usize = 64;
 
 /// The most a waiter sleeps before it looks at the claim again even though
 /// no notification came: a bound on how long a lost notification (say, the
