@@ -127,6 +127,11 @@ impl<R: Ask, A: Send + 'static> Coalescer<R, A> {
         })
     }
 
+    /// How many asks wait for a batch to go.
+    pub(crate) fn waiting(&self) -> usize {
+        self.lock().waiting.len()
+    }
+
     fn lock(&self) -> MutexGuard<'_, Queue<R, A>> {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }

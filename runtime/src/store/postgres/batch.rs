@@ -121,7 +121,10 @@ impl Drop for Won {
 }
 
 /// Runs one batch of claims and answers each member.
-pub(super) async fn claims(store: Arc<Inner>, mut batch: Vec<Member<ClaimAsk, StoreResult<Claimed>>>) {
+pub(super) async fn claims(
+    store: Arc<Inner>,
+    mut batch: Vec<Member<ClaimAsk, StoreResult<Claimed>>>,
+) {
     if batch.len() == 1 {
         if let Some(member) = batch.pop() {
             let answer = claim_one(&store, &member.ask).await;

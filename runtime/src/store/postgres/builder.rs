@@ -10,9 +10,9 @@ use deadpool_postgres::{Manager, Pool, Runtime};
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Config, NoTls, Socket};
 
+use super::batch::Batches;
 use super::error::pool_error;
 use super::listener::{Listener, SessionFn, listen};
-use super::batch::Batches;
 use super::steps::Inner;
 use super::{DEFAULT_COALESCE_BATCH, DEFAULT_PURGE_BATCH, LISTENER_NAME, PostgresStore};
 use crate::store::durable::coalesce::Limits;

@@ -158,11 +158,21 @@ impl PostgresStore {
     }
 
     /// How many statements this store has sent: one per claim, completion,
-    /// release, renewal and wait recheck, one per purge batch (preparing a
+    /// release, renewal and wait recheck (one per coalesced batch of claims
+    /// or completions), one per purge batch (preparing a
     /// statement, once per connection, is not counted). For measuring, and
     /// for tests that count round trips.
     pub fn statements(&self) -> u64 {
         self.inner.statements.load(Ordering::Relaxed)
+    }
+
+    /// How many claims and completions wait for a batch to go out (see
+    /// [`PostgresStoreBuilder::coalesce`]): zero unless every batch slot
+    /// is on the wire. For measuring, and for tests that hold a batch.
+    pub fn waiting(&self) -> usize {
+        self.inner.batches.as_ref().map_or(0, |batches| {
+            batches.claims.waiting() + batches.completions.waiting()
+        })
     }
 }
 

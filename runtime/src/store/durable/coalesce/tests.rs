@@ -33,7 +33,9 @@ impl Recorder {
         }
     }
 
-    fn run(self: &Arc<Self>) -> impl Fn(Vec<Member<Echo, u32>>) -> futures_run::Boxed + Send + Sync + use<> {
+    fn run(
+        self: &Arc<Self>,
+    ) -> impl Fn(Vec<Member<Echo, u32>>) -> futures_run::Boxed + Send + Sync + use<> {
         let me = Arc::clone(self);
         move |batch: Vec<Member<Echo, u32>>| {
             let me = Arc::clone(&me);
@@ -166,7 +168,11 @@ async fn a_caller_dropped_while_queued_is_never_sent_and_one_dropped_in_flight_d
     while coalescer.lock().in_flight > 0 {
         tokio::task::yield_now().await;
     }
-    assert_eq!(*sent.lock().expect("lock"), [10], "the queued ask never went");
+    assert_eq!(
+        *sent.lock().expect("lock"),
+        [10],
+        "the queued ask never went"
+    );
     assert_eq!(
         *undone.lock().expect("lock"),
         [10],
@@ -181,7 +187,10 @@ async fn a_batch_that_panics_fails_its_members_and_frees_its_slot() {
         panic!("a batch that panics");
     };
     let failed = coalescer.ask(Echo(1, 1), run).await;
-    assert!(matches!(failed, Err(StoreError::Unavailable(_))), "{failed:?}");
+    assert!(
+        matches!(failed, Err(StoreError::Unavailable(_))),
+        "{failed:?}"
+    );
     // The slot is given back as the panicking task unwinds.
     while coalescer.lock().in_flight > 0 {
         tokio::task::yield_now().await;
