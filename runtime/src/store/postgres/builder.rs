@@ -231,9 +231,12 @@ impl PostgresStoreBuilder {
     }
 
     /// How many batches of claims (and, apart, of completions) may be on the
-    /// wire at once before the next ones wait to go together (default: the
-    /// pool's size); turns coalescing on. Fewer make larger batches and
-    /// fewer commits under load, at the cost of a wait for the batch ahead.
+    /// wire at once before the next ones wait to go together (default: a
+    /// quarter of the pool's size, 4 of the own pool's 16, at least 1);
+    /// turns coalescing on. Fewer make larger batches and fewer commits
+    /// under load, at the cost of a wait for the batch ahead; more let
+    /// steps go alone under a lighter load. BENCHMARKS.md section 4
+    /// measures 2, 4 and 16.
     pub fn coalesce_in_flight(mut self, batches: usize) -> PostgresStoreBuilder {
         let batch = self.coalesce.map_or(DEFAULT_COALESCE_BATCH, |c| c.batch);
         self.coalesce = Some(Coalesce {
@@ -287,7 +290,9 @@ impl PostgresStoreBuilder {
         let batches = self.coalesce.map(|c| {
             Batches::new(Limits {
                 batch: c.batch,
-                in_flight: c.in_flight.unwrap_or(pool.status().max_size),
+                in_flight: c
+                    .in_flight
+                    .unwrap_or_else(|| (pool.status().max_size / 4).max(1)),
             })
         });
         let listener = session.map(Listener::new);

@@ -77,6 +77,11 @@ pub const RECHECK_EVERY: Duration = Duration::from_secs(2);
 ///   brand-new key to a concurrent insert takes one more. Completion,
 ///   release and renewal take one each. Statements are prepared once per
 ///   pooled connection.
+/// - **Coalesced under load.** Claims (replays' reads among them) and
+///   completions that arrive while earlier ones are on the wire go together
+///   in one statement over arrays, one commit for many, each caller still
+///   getting its own answer; one that arrives alone goes at once. See
+///   [`PostgresStoreBuilder::coalesce`].
 /// - **Leases and fences.** A claim carries a random owner token, a fence
 ///   and a lease measured by the database's clock. The guard renews the
 ///   lease while the action runs; if the holder's process or host dies, the
