@@ -467,3 +467,39 @@ pub(super) async fn a_caller_dropped_while_queued_or_on_the_wire_leaves_no_claim
     }
     assert_eq!(provider.refunds(), 3);
 }
+
+pub(super) async fn a_batch_whose_server_is_away_fails_each_caller_once_not_one_by_one() {
+    // Port 1 on the loopback: nothing listens there.
+    let budget = Duration::from_secs(1);
+    let store = Arc::new(
+        PostgresStore::builder("postgres://postgres@127.0.0.1:1/test")
+            .coalesce_in_flight(1)
+            .reconnect_within(budget)
+            .connect_lazy()
+            .expect("a lazy store"),
+    );
+    let run = fresh_run();
+    let started = std::time::Instant::now();
+    let first = spawn_claim(&store, &refund_key(&run, "first"), &tool(), 42);
+    let queued: Vec<_> = (0..3)
+        .map(|i| {
+            spawn_claim(
+                &store,
+                &refund_key(&run, &format!("queued-{i}")),
+                &tool(),
+                42,
+            )
+        })
+        .collect();
+    until_waiting(&store, 3).await;
+    for task in std::iter::once(first).chain(queued) {
+        let answer = task.await.expect("task");
+        assert!(
+            matches!(answer, Err(StoreError::Unavailable(_))),
+            "{answer:?}"
+        );
+    }
+    // The first alone, then the three together: two budgets, not five.
+    let took = started.elapsed();
+    assert!(took < budget * 4, "took {took:?}");
+}

@@ -62,6 +62,7 @@ pub fn trials() -> Vec<Trial> {
         transactions::the_attribute_form_commits_the_write_with_its_record_and_replays_it,
     ));
     trials.extend(crate::trials!(always;
+        batch::a_batch_whose_server_is_away_fails_each_caller_once_not_one_by_one,
         errors::a_server_that_is_down_is_unavailable_and_nothing_runs,
         errors::an_unreachable_server_prints_each_cause_once,
     ));

@@ -3,11 +3,12 @@
 //! [`sql::COMPLETE_MANY`]); one that arrives alone goes at once, as the
 //! single-key statement.
 //!
-//! Each member of a batch gets its own answer. A batch whose statement
-//! fails is run again member by member, each with the single-key
+//! Each member of a batch gets its own answer. A batch whose statement the
+//! server refuses is run again member by member, each with the single-key
 //! statement, so that one member's input (a value the server refuses)
-//! fails only that member. A claim made for a caller that is gone is
-//! released at once.
+//! fails only that member; a batch whose server stays unreachable fails
+//! each member as unavailable at once. A claim made for a caller that is
+//! gone is released at once.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use super::sql;
 use super::steps::Inner;
 use crate::store::durable::coalesce::{Ask, Coalescer, Limits, Member};
 use crate::store::durable::{Backend, CompletionRow, Found, Holder, encode};
-use crate::store::{ClaimRequest, StoreResult};
+use crate::store::{ClaimRequest, StoreError, StoreResult};
 
 /// The coalescers of one store, one per kind of step.
 pub(super) struct Batches {
@@ -134,7 +135,7 @@ pub(super) async fn claims(
     }
     // In key order, so that two batches lock the rows they share in the
     // same order.
-    batch.sort_by(|a, b| a.ask.digest.cmp(&b.ask.digest));
+    batch.sort_by_key(|m| m.ask.digest);
     let asks: Vec<&ClaimAsk> = batch.iter().map(|m| &m.ask).collect();
     let digests: Vec<&[u8]> = asks.iter().map(|a| a.digest.as_slice()).collect();
     let keys: Vec<&str> = asks.iter().map(|a| a.key.as_str()).collect();
@@ -152,7 +153,7 @@ pub(super) async fn claims(
         &leases,
         &retentions,
     ];
-    let rows = store.query(sql::CLAIM_MANY, &params).await;
+    let rows = store.query_answered(sql::CLAIM_MANY, &params).await;
     let mut found: HashMap<usize, StoreResult<Option<Found>>> = HashMap::new();
     match rows {
         Ok(rows) => {
@@ -164,7 +165,8 @@ pub(super) async fn claims(
                 found.insert(i, read_claim(row));
             }
         }
-        Err(_) => {
+        Err((error, false)) => return unreached(batch, error),
+        Err((_, true)) => {
             // One member's input may have failed them all: each alone.
             for member in batch {
                 let answer = claim_one(&store, &member.ask).await;
@@ -253,7 +255,7 @@ pub(super) async fn completions(
         }
         return;
     }
-    batch.sort_by(|a, b| a.ask.holder.digest.cmp(&b.ask.holder.digest));
+    batch.sort_by_key(|m| m.ask.holder.digest);
     let asks: Vec<&CompleteAsk> = batch.iter().map(|m| &m.ask).collect();
     let digests: Vec<&[u8]> = asks.iter().map(|a| a.holder.digest.as_slice()).collect();
     let owners: Vec<[u8; 16]> = asks.iter().map(|a| a.holder.owner_bytes()).collect();
@@ -278,12 +280,13 @@ pub(super) async fn completions(
     } else {
         sql::COMPLETE_MANY
     };
-    let changed = match store.query(statement, &params).await {
+    let changed = match store.query_answered(statement, &params).await {
         Ok(rows) => rows
             .iter()
             .map(|row| row.try_get::<_, Vec<u8>>(0).map_err(corrupt))
             .collect::<StoreResult<Vec<Vec<u8>>>>(),
-        Err(e) => Err(e),
+        Err((error, false)) => return unreached(batch, error),
+        Err((error, true)) => Err(error),
     };
     match changed {
         Ok(changed) => {
@@ -300,6 +303,20 @@ pub(super) async fn completions(
                 member.answer(answer);
             }
         }
+    }
+}
+
+/// A batch whose server could not be reached for as long as the store
+/// tries: every member is told so, none is tried again alone (each would
+/// wait as long again).
+fn unreached<R, T>(batch: Vec<Member<R, StoreResult<T>>>, error: StoreError) {
+    let said = error.to_string();
+    let mut error = Some(error);
+    for member in batch {
+        let own = error
+            .take()
+            .unwrap_or_else(|| StoreError::Unavailable(said.clone().into()));
+        member.answer(Err(own));
     }
 }
 

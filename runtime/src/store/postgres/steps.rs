@@ -51,6 +51,18 @@ impl Inner {
         statement: Statement,
         params: &[&(dyn ToSql + Sync)],
     ) -> StoreResult<Vec<tokio_postgres::Row>> {
+        self.query_answered(statement, params)
+            .await
+            .map_err(|(error, _)| error)
+    }
+
+    /// [`Inner::query`], saying on failure whether the server answered
+    /// (refused the statement) or was never reached.
+    pub(super) async fn query_answered(
+        &self,
+        statement: Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, (StoreError, bool)> {
         let mut reconnecting = Reconnecting::new(self.reconnect_within);
         loop {
             let tried = async {
@@ -62,7 +74,10 @@ impl Inner {
             match tried.await {
                 Ok(rows) => return Ok(rows),
                 Err(broken) if broken.is_broken() && reconnecting.again().await => {}
-                Err(broken) => return Err(broken.into_store_error(statement.name)),
+                Err(broken) => {
+                    let answered = broken.answered();
+                    return Err((broken.into_store_error(statement.name), answered));
+                }
             }
         }
     }
