@@ -1,8 +1,9 @@
 //! The Postgres store: a fresh call (claim, action, completion) and a replay,
 //! beside the floors of one plain `INSERT` and one plain `SELECT` by key on
-//! the same server; the statements each call sends; and claims per second
-//! with several clients, against pgbench's insert-only rate measured in the
-//! same run.
+//! the same server; the statements each call sends; and claims and fresh
+//! calls per second with 1 to 64 clients, coalesced (the default) and not,
+//! against pgbench's insert-only rate measured in the same run. The
+//! throughput points are kept in `benches/results/throughput.csv`.
 //!
 //! ```sh
 //! cargo bench -p idempotent-benches --features postgres --bench postgres -- --warm-up-time 1 --measurement-time 3
@@ -13,7 +14,8 @@
 //! schema of its own, `idempotent_bench`, dropped at the end; pgbench's
 //! table is created and dropped by `benches/pgbench/run.sh`.
 //! `THROUGHPUT_SECONDS` (default 5) sets how long each throughput point runs;
-//! 0 skips the throughput table.
+//! 0 skips the throughput table. `COALESCE_IN_FLIGHT` sets the coalescing
+//! stores' `coalesce_in_flight` (default: a quarter of the pool's size).
 
 use std::hint::black_box;
 use std::process::Command;
@@ -24,13 +26,14 @@ use criterion::Criterion;
 use idempotent_benches::durable::{
     self, Client, ClientWork, backend, fresh_call, next_order, replay, timed, unavailable,
 };
-use idempotent_benches::{Network, Provider, bench_run, multi_thread, refund_key};
+use idempotent_benches::{Network, Provider, bench_run, multi_thread, refund_key, results};
+use idempotent_tools::store::postgres::PostgresStoreBuilder;
 use idempotent_tools::{PostgresStore, call::Key, store::StoreError};
 use tokio::runtime::Runtime;
 
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 const SCHEMA: &str = "idempotent_bench";
-const CLIENTS: [u64; 3] = [1, 4, 16];
+const CLIENTS: [u64; 4] = [1, 4, 16, 64];
 
 /// The plain floor's table: as wide as a claim row, with the same indexes.
 const PLAIN_TABLE: &str = "
@@ -165,31 +168,6 @@ enum Work {
     Claim,
     /// A whole guarded call: claim, action, completion.
     FreshCall,
-    /// `Store::claim`, then the completion's `UPDATE` by hand without its
-    /// `pg_notify`: what a fresh call would cost if completions did not
-    /// notify.
-    ClaimThenSilentUpdate,
-}
-
-/// The store's completion without the notification that wakes waiters.
-const SILENT_COMPLETE: &str = "
-    UPDATE idempotent_claims
-    SET state = 'done', ending = 'ok', result = '{\"id\":1,\"order_id\":1,\"usd\":42}',
-        completed_at = now(), lease_until = NULL, expires_at = now() + interval '7 days'
-    WHERE key_digest = $1 AND state = 'held'";
-
-async fn silent_complete(store: &PostgresStore, key: &Key) {
-    let client = store.pool().get().await.unwrap_or_else(|e| panic!("{e}"));
-    let stmt = client
-        .prepare_cached(SILENT_COMPLETE)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let digest = key.digest();
-    let updated = client
-        .execute(&stmt, &[&digest.as_slice()])
-        .await
-        .unwrap_or_else(|e| panic!("the update failed: {e}"));
-    assert_eq!(updated, 1);
 }
 
 impl ClientWork<PostgresStore> for Work {
@@ -197,10 +175,6 @@ impl ClientWork<PostgresStore> for Work {
         match self {
             Work::Claim => {
                 client.claim(order_id).await;
-            }
-            Work::ClaimThenSilentUpdate => {
-                let key = client.claim(order_id).await;
-                silent_complete(&client.store, &key).await;
             }
             Work::FreshCall => client.fresh_call(order_id).await,
         }
@@ -235,7 +209,15 @@ fn pgbench(seconds: u64) -> Option<Vec<(u64, f64)>> {
     Some(rows)
 }
 
-fn throughput(rt: &Runtime, store: &Arc<PostgresStore>, unflushed: &Arc<PostgresStore>) {
+/// The stores the throughput table compares: coalescing (the default), every
+/// step alone, and coalescing with asynchronous completions.
+struct Stores {
+    coalesced: Arc<PostgresStore>,
+    alone: Arc<PostgresStore>,
+    unflushed: Arc<PostgresStore>,
+}
+
+fn throughput(rt: &Runtime, stores: &Stores) {
     let Some(seconds) = durable::throughput_seconds() else {
         return;
     };
@@ -246,37 +228,62 @@ fn throughput(rt: &Runtime, store: &Arc<PostgresStore>, unflushed: &Arc<Postgres
     println!();
     println!(
         "| clients | pgbench inserts/s | claims/s | ÷ pgbench | fresh calls/s | ÷ pgbench \
-         | claim + UPDATE without NOTIFY /s | ÷ pgbench \
+         | claims/s, not coalesced | ÷ pgbench | fresh calls/s, not coalesced | ÷ pgbench \
          | fresh calls/s, asynchronous completions | ÷ pgbench |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for clients in CLIENTS {
-        let claims = durable::rate(rt, store, clients, Work::Claim, for_how_long);
-        let calls = durable::rate(rt, store, clients, Work::FreshCall, for_how_long);
-        let silent = durable::rate(
-            rt,
-            store,
-            clients,
-            Work::ClaimThenSilentUpdate,
-            for_how_long,
-        );
-        let unflushed = durable::rate(rt, unflushed, clients, Work::FreshCall, for_how_long);
         let inserts = pgbench
             .iter()
             .find(|(c, _)| *c == clients)
             .map(|(_, tps)| *tps);
+        let claims = durable::rate(rt, &stores.coalesced, clients, Work::Claim, for_how_long);
+        let calls = durable::rate(
+            rt,
+            &stores.coalesced,
+            clients,
+            Work::FreshCall,
+            for_how_long,
+        );
+        let claims_alone = durable::rate(rt, &stores.alone, clients, Work::Claim, for_how_long);
+        let calls_alone = durable::rate(rt, &stores.alone, clients, Work::FreshCall, for_how_long);
+        let unflushed = durable::rate(
+            rt,
+            &stores.unflushed,
+            clients,
+            Work::FreshCall,
+            for_how_long,
+        );
+        if let Some(inserts) = inserts {
+            results::throughput("postgres", "pgbench insert", clients, inserts);
+        }
+        results::throughput("postgres", "claim", clients, claims);
+        results::throughput("postgres", "fresh call", clients, calls);
         let ratio = |x: f64| inserts.map_or("n/a".to_owned(), |i| format!("{:.2}", x / i));
         println!(
-            "| {clients} | {} | {claims:.0} | {} | {calls:.0} | {} | {silent:.0} | {} \
-             | {unflushed:.0} | {} |",
+            "| {clients} | {} | {claims:.0} | {} | {calls:.0} | {} | {claims_alone:.0} | {} \
+             | {calls_alone:.0} | {} | {unflushed:.0} | {} |",
             inserts.map_or("n/a".to_owned(), |i| format!("{i:.0}")),
             ratio(claims),
             ratio(calls),
-            ratio(silent),
+            ratio(claims_alone),
+            ratio(calls_alone),
             ratio(unflushed),
         );
     }
     println!();
+}
+
+/// The store's coalescing, with `COALESCE_IN_FLIGHT` batches of a kind on
+/// the wire at once if set (the default otherwise).
+fn coalescing(builder: PostgresStoreBuilder) -> PostgresStoreBuilder {
+    match std::env::var("COALESCE_IN_FLIGHT")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
+        Some(batches) => builder.coalesce_in_flight(batches),
+        None => builder,
+    }
 }
 
 fn main() {
@@ -289,7 +296,9 @@ fn main() {
         return;
     }
     let store = rt.block_on(async {
-        let store = PostgresStore::connect(&bench_url(&base)).await?;
+        let store = coalescing(PostgresStore::builder(&bench_url(&base)))
+            .connect()
+            .await?;
         store.migrate().await?;
         execute(&store, PLAIN_TABLE).await?;
         Ok::<_, StoreError>(Arc::new(store))
@@ -299,19 +308,32 @@ fn main() {
     // The same schema, with completions committed without a flush.
     let unflushed = rt
         .block_on(
-            PostgresStore::builder(&bench_url(&base))
+            coalescing(PostgresStore::builder(&bench_url(&base)))
                 .asynchronous_completions(true)
                 .connect(),
         )
         .unwrap_or_else(|e| panic!("cannot connect: {e}"));
     let unflushed = Arc::new(unflushed);
+    // The same schema, every step its own statement.
+    let alone = rt
+        .block_on(
+            PostgresStore::builder(&bench_url(&base))
+                .coalesce(false)
+                .connect(),
+        )
+        .unwrap_or_else(|e| panic!("cannot connect: {e}"));
+    let stores = Stores {
+        coalesced: Arc::clone(&store),
+        alone: Arc::new(alone),
+        unflushed,
+    };
 
     latency(&mut c, &rt, &store);
-    throughput(&rt, &store, &unflushed);
+    throughput(&rt, &stores);
     c.final_summary();
 
     drop(store);
-    drop(unflushed);
+    drop(stores);
     if let Err(e) = rt.block_on(admin(
         &base,
         &format!("DROP SCHEMA IF EXISTS {SCHEMA} CASCADE"),

@@ -4,7 +4,7 @@
 # the store's, runs benches/pgbench/claim_insert.sql with each client count,
 # and drops the table.
 #
-#   bash benches/pgbench/run.sh                 # 1, 4 and 16 clients, 10 s each
+#   bash benches/pgbench/run.sh                 # 1, 4, 16 and 64 clients, 10 s each
 #   CLIENTS="1 8" SECONDS_EACH=5 bash benches/pgbench/run.sh
 #
 # Connection: PGHOST, PGPORT, PGUSER, PGDATABASE (default
@@ -14,7 +14,7 @@ set -euo pipefail
 export PGHOST="${PGHOST:-127.0.0.1}" PGPORT="${PGPORT:-5432}"
 export PGUSER="${PGUSER:-postgres}" PGDATABASE="${PGDATABASE:-test}"
 export PGOPTIONS="${PGOPTIONS:-} -c client_min_messages=warning"
-CLIENTS="${CLIENTS:-1 4 16}"
+CLIENTS="${CLIENTS:-1 4 16 64}"
 SECONDS_EACH="${SECONDS_EACH:-10}"
 SCRIPT="$(cd "$(dirname "$0")" && pwd)/claim_insert.sql"
 

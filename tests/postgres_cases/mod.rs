@@ -16,6 +16,7 @@ use idempotent_tools_testing::conformance::kit::{
 use crate::harness::Trial;
 use crate::{Schema, URL};
 
+mod batch;
 mod errors;
 mod notify;
 mod outage;
@@ -30,6 +31,10 @@ pub fn trials() -> Vec<Trial> {
     );
     trials.extend(crate::trials!(URL;
         round_trips::a_claim_a_completion_a_replay_and_a_wait_take_one_round_trip_each,
+        batch::each_caller_in_a_coalesced_batch_gets_its_own_answer,
+        batch::many_guarded_calls_coalesced_act_once_per_key,
+        batch::a_step_the_server_refuses_fails_only_its_caller,
+        batch::a_caller_dropped_while_queued_or_on_the_wire_leaves_no_claim,
         measured_latency_of_a_guarded_call_on_the_local_server,
         notify::a_waiter_on_another_connection_is_woken_by_notify_not_by_polling,
         notify::only_a_completion_a_waiter_marked_notifies,
@@ -57,6 +62,7 @@ pub fn trials() -> Vec<Trial> {
         transactions::the_attribute_form_commits_the_write_with_its_record_and_replays_it,
     ));
     trials.extend(crate::trials!(always;
+        batch::a_batch_whose_server_is_away_fails_each_caller_once_not_one_by_one,
         errors::a_server_that_is_down_is_unavailable_and_nothing_runs,
         errors::an_unreachable_server_prints_each_cause_once,
     ));

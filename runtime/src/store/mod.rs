@@ -73,8 +73,8 @@ pub mod sqlite {
 #[cfg(feature = "postgres")]
 pub mod postgres {
     pub use super::postgres_store::{
-        DEFAULT_PURGE_BATCH, LISTENER_NAME, NOTIFY_CHANNEL, POSTGRES_SCHEMA, PostgresStoreBuilder,
-        RECHECK_EVERY, deadpool_postgres, tokio_postgres,
+        DEFAULT_COALESCE_BATCH, DEFAULT_PURGE_BATCH, LISTENER_NAME, NOTIFY_CHANNEL,
+        POSTGRES_SCHEMA, PostgresStoreBuilder, RECHECK_EVERY, deadpool_postgres, tokio_postgres,
     };
 }
 

@@ -15,6 +15,8 @@
 //! - [`encode`]: time as milliseconds, owner tokens as 16 bytes, fences as
 //!   signed integers, states as text.
 //! - [`wait`]: the poll-with-backoff wait until a holder lets go.
+//! - `coalesce`: steps of one kind waiting while a round trip is in flight
+//!   go together in the next one, each caller still getting its own answer.
 //! - `waiters`: the waiters of a store that listens on one connection
 //!   (Postgres, Redis), by key, woken by a notification or all at once.
 //!
@@ -52,6 +54,8 @@ use crate::{
     store::{Claim, ClaimRequest, StoreResult, Wait},
 };
 
+#[cfg(feature = "postgres")]
+pub(crate) mod coalesce;
 pub(crate) mod encode;
 mod forward;
 #[cfg(any(feature = "postgres", feature = "redis"))]

@@ -10,10 +10,12 @@ use deadpool_postgres::{Manager, Pool, Runtime};
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Config, NoTls, Socket};
 
+use super::batch::Batches;
 use super::error::pool_error;
 use super::listener::{Listener, SessionFn, listen};
 use super::steps::Inner;
-use super::{DEFAULT_PURGE_BATCH, LISTENER_NAME, PostgresStore};
+use super::{DEFAULT_COALESCE_BATCH, DEFAULT_PURGE_BATCH, LISTENER_NAME, PostgresStore};
+use crate::store::durable::coalesce::Limits;
 use crate::store::durable::reconnect::DEFAULT_RECONNECT_WITHIN;
 use crate::store::{StoreError, StoreResult};
 
@@ -57,6 +59,14 @@ pub struct PostgresStoreBuilder {
     purge_batch: usize,
     asynchronous_completions: bool,
     reconnect_within: Duration,
+    coalesce: Option<Coalesce>,
+}
+
+/// How claims and completions are coalesced.
+#[derive(Debug, Clone, Copy)]
+struct Coalesce {
+    batch: usize,
+    in_flight: Option<usize>,
 }
 
 /// Where the store's connections come from.
@@ -100,6 +110,10 @@ impl PostgresStoreBuilder {
             purge_batch: DEFAULT_PURGE_BATCH,
             asynchronous_completions: false,
             reconnect_within: DEFAULT_RECONNECT_WITHIN,
+            coalesce: Some(Coalesce {
+                batch: DEFAULT_COALESCE_BATCH,
+                in_flight: None,
+            }),
         }
     }
 
@@ -175,6 +189,63 @@ impl PostgresStoreBuilder {
         self
     }
 
+    /// Whether claims and completions are coalesced (on by default).
+    ///
+    /// On, a claim (or completion) that finds no other batch of claims (or
+    /// completions) on the wire goes at once, alone, with the single-key
+    /// statement: no added delay. While the most batches are on the wire
+    /// (see [`coalesce_in_flight`](PostgresStoreBuilder::coalesce_in_flight)),
+    /// those that arrive wait, and go together in one statement over arrays
+    /// as soon as a batch comes back: one round trip and one commit for up
+    /// to [`coalesce_batch`](PostgresStoreBuilder::coalesce_batch) of them
+    /// instead of one each. A replay is a claim that finds the record, so
+    /// replays' reads are coalesced with the claims.
+    ///
+    /// Each caller gets its own answer (its claim and fence, the record it
+    /// replays, a conflict, a claim in flight, a lost lease). Two steps on
+    /// one key never share a batch. If a batched statement fails, its
+    /// members run again one by one, so one caller's input the server
+    /// refuses fails that caller only. A caller dropped while it waits is
+    /// left out; a claim made in a batch for a caller that has gone is
+    /// released at once. Releases and renewals are not coalesced.
+    ///
+    /// [`PostgresStore::statements`] counts a batch as one statement. Off,
+    /// every step is its own statement, as measured in BENCHMARKS.md.
+    pub fn coalesce(mut self, on: bool) -> PostgresStoreBuilder {
+        self.coalesce = on.then_some(Coalesce {
+            batch: DEFAULT_COALESCE_BATCH,
+            in_flight: None,
+        });
+        self
+    }
+
+    /// The most claims (or completions) in one coalesced statement
+    /// (default [`DEFAULT_COALESCE_BATCH`]); turns coalescing on.
+    pub fn coalesce_batch(mut self, steps: usize) -> PostgresStoreBuilder {
+        let in_flight = self.coalesce.and_then(|c| c.in_flight);
+        self.coalesce = Some(Coalesce {
+            batch: steps.max(1),
+            in_flight,
+        });
+        self
+    }
+
+    /// How many batches of claims (and, apart, of completions) may be on the
+    /// wire at once before the next ones wait to go together (default: a
+    /// quarter of the pool's size, 4 of the own pool's 16, at least 1);
+    /// turns coalescing on. Fewer make larger batches and fewer commits
+    /// under load, at the cost of a wait for the batch ahead; more let
+    /// steps go alone under a lighter load. BENCHMARKS.md section 4
+    /// measures 2, 4 and 16.
+    pub fn coalesce_in_flight(mut self, batches: usize) -> PostgresStoreBuilder {
+        let batch = self.coalesce.map_or(DEFAULT_COALESCE_BATCH, |c| c.batch);
+        self.coalesce = Some(Coalesce {
+            batch,
+            in_flight: Some(batches.max(1)),
+        });
+        self
+    }
+
     /// Builds the store and checks that the server answers, and starts
     /// listening for completions.
     ///
@@ -216,14 +287,25 @@ impl PostgresStoreBuilder {
             Listen::Off => None,
             Listen::With(session) => Some(session),
         };
+        let batches = self.coalesce.map(|c| {
+            Batches::new(Limits {
+                batch: c.batch,
+                in_flight: c
+                    .in_flight
+                    .unwrap_or_else(|| (pool.status().max_size / 4).max(1)),
+            })
+        });
+        let listener = session.map(Listener::new);
         Ok(PostgresStore {
-            inner: Arc::new(Inner {
+            inner: Arc::new_cyclic(|me| Inner {
                 pool,
-                listener: session.map(Listener::new),
+                listener,
                 statements: AtomicU64::new(0),
                 purge_batch: self.purge_batch,
                 asynchronous_completions: self.asynchronous_completions,
                 reconnect_within: self.reconnect_within,
+                batches,
+                me: me.clone(),
             }),
         })
     }
@@ -246,6 +328,7 @@ impl fmt::Debug for PostgresStoreBuilder {
             .field("listen", &listen)
             .field("purge_batch", &self.purge_batch)
             .field("asynchronous_completions", &self.asynchronous_completions)
+            .field("coalesce", &self.coalesce)
             .finish()
     }
 }

@@ -111,6 +111,12 @@ impl Broken {
         }
     }
 
+    /// Whether the server answered: it refused the statement, rather than
+    /// being unreachable.
+    pub(super) fn answered(&self) -> bool {
+        matches!(self, Broken::Statement(err) if err.as_db_error().is_some() && !is_broken(err))
+    }
+
     pub(super) fn into_store_error(self, statement: &'static str) -> StoreError {
         match self {
             Broken::Pool(err) => pool_error(err),

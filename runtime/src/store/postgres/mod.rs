@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 
+mod batch;
 mod builder;
 mod error;
 mod listener;
@@ -53,6 +54,10 @@ pub const LISTENER_NAME: &str = "idempotent listener";
 /// How many rows one purge statement deletes at most.
 pub const DEFAULT_PURGE_BATCH: usize = 1000;
 
+/// The most claims (or completions) one coalesced statement carries, unless
+/// [`PostgresStoreBuilder::coalesce_batch`] says otherwise.
+pub const DEFAULT_COALESCE_BATCH: usize = 64;
+
 /// The most a waiter sleeps before it looks at the claim again even though
 /// no notification came: a bound on how long a lost notification (say, the
 /// listening connection dropped) can delay it.
@@ -72,6 +77,11 @@ pub const RECHECK_EVERY: Duration = Duration::from_secs(2);
 ///   brand-new key to a concurrent insert takes one more. Completion,
 ///   release and renewal take one each. Statements are prepared once per
 ///   pooled connection.
+/// - **Coalesced under load.** Claims (replays' reads among them) and
+///   completions that arrive while earlier ones are on the wire go together
+///   in one statement over arrays, one commit for many, each caller still
+///   getting its own answer; one that arrives alone goes at once. See
+///   [`PostgresStoreBuilder::coalesce`].
 /// - **Leases and fences.** A claim carries a random owner token, a fence
 ///   and a lease measured by the database's clock. The guard renews the
 ///   lease while the action runs; if the holder's process or host dies, the
@@ -153,11 +163,21 @@ impl PostgresStore {
     }
 
     /// How many statements this store has sent: one per claim, completion,
-    /// release, renewal and wait recheck, one per purge batch (preparing a
+    /// release, renewal and wait recheck (one per coalesced batch of claims
+    /// or completions), one per purge batch (preparing a
     /// statement, once per connection, is not counted). For measuring, and
     /// for tests that count round trips.
     pub fn statements(&self) -> u64 {
         self.inner.statements.load(Ordering::Relaxed)
+    }
+
+    /// How many claims and completions wait for a batch to go out (see
+    /// [`PostgresStoreBuilder::coalesce`]): zero unless every batch slot
+    /// is on the wire. For measuring, and for tests that hold a batch.
+    pub fn waiting(&self) -> usize {
+        self.inner.batches.as_ref().map_or(0, |batches| {
+            batches.claims.waiting() + batches.completions.waiting()
+        })
     }
 }
 

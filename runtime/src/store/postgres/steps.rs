@@ -1,13 +1,14 @@
 //! The Postgres store's steps: each one prepared statement, one round trip.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use tokio_postgres::types::ToSql;
 
 use super::NOTIFY_CHANNEL;
+use super::batch::{self, Batches, ClaimAsk, Claimed, CompleteAsk};
 use super::error::{Broken, corrupt};
 use super::listener::Listener;
 use super::rows::{read_claim, read_record};
@@ -34,17 +35,34 @@ pub struct Inner {
     pub(super) purge_batch: usize,
     pub(super) asynchronous_completions: bool,
     pub(super) reconnect_within: Duration,
+    /// The coalescers of claims and completions; `None` when every step
+    /// goes alone.
+    pub(super) batches: Option<Batches>,
+    /// This state itself, for the batches' tasks.
+    pub(super) me: Weak<Inner>,
 }
 
 impl Inner {
     /// Runs one prepared statement and returns its rows. A statement whose
     /// connection broke runs again on another, while the store's
     /// `reconnect_within` lasts.
-    async fn query(
+    pub(super) async fn query(
         &self,
         statement: Statement,
         params: &[&(dyn ToSql + Sync)],
     ) -> StoreResult<Vec<tokio_postgres::Row>> {
+        self.query_answered(statement, params)
+            .await
+            .map_err(|(error, _)| error)
+    }
+
+    /// [`Inner::query`], saying on failure whether the server answered
+    /// (refused the statement) or was never reached.
+    pub(super) async fn query_answered(
+        &self,
+        statement: Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, (StoreError, bool)> {
         let mut reconnecting = Reconnecting::new(self.reconnect_within);
         loop {
             let tried = async {
@@ -56,14 +74,17 @@ impl Inner {
             match tried.await {
                 Ok(rows) => return Ok(rows),
                 Err(broken) if broken.is_broken() && reconnecting.again().await => {}
-                Err(broken) => return Err(broken.into_store_error(statement.name)),
+                Err(broken) => {
+                    let answered = broken.answered();
+                    return Err((broken.into_store_error(statement.name), answered));
+                }
             }
         }
     }
 
     /// Runs one prepared statement and returns how many rows it touched,
     /// trying again on another connection as [`Inner::query`] does.
-    async fn execute(
+    pub(super) async fn execute(
         &self,
         statement: Statement,
         params: &[&(dyn ToSql + Sync)],
@@ -82,6 +103,34 @@ impl Inner {
                 Err(broken) => return Err(broken.into_store_error(statement.name)),
             }
         }
+    }
+
+    /// A claim with the single-key statement, not coalesced.
+    async fn claim_alone(&self, req: &ClaimRequest<'_>, owner: u128) -> StoreResult<Found> {
+        let digest = req.key.digest();
+        let owner_bytes = encode::owner_bytes(owner);
+        let lease = encode::millis(req.lease);
+        let retention = encode::millis(req.retention);
+        let tool = req.tool.as_str();
+        let params: [&(dyn ToSql + Sync); 7] = [
+            &digest.as_slice(),
+            &req.key.as_str(),
+            &tool,
+            &req.fingerprint.as_bytes().as_slice(),
+            &owner_bytes.as_slice(),
+            &lease,
+            &retention,
+        ];
+        for _ in 0..CLAIM_ATTEMPTS {
+            let rows = self.query(sql::CLAIM, &params).await?;
+            // No row: the colliding claim committed after this statement's
+            // snapshot. No verdict: takeable in the snapshot, yet not taken,
+            // so the row changed since. Either way, run it again.
+            if let Some(found) = rows.first().map(read_claim).transpose()?.flatten() {
+                return Ok(found);
+            }
+        }
+        Err(kept_changing(req))
     }
 
     /// [`Backend::held_by`], marking the row as waited for, so that its
@@ -112,6 +161,17 @@ impl Inner {
     }
 }
 
+/// A claim that found its key changing under every attempt.
+fn kept_changing(req: &ClaimRequest<'_>) -> StoreError {
+    StoreError::Backend(
+        format!(
+            "the claim on key `{}` kept changing under {CLAIM_ATTEMPTS} attempts",
+            req.key
+        )
+        .into(),
+    )
+}
+
 impl Backend for Inner {
     const KIND: &'static str = "postgres";
 
@@ -131,36 +191,21 @@ impl Backend for Inner {
     }
 
     async fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>, owner: u128) -> StoreResult<Found> {
-        let digest = req.key.digest();
-        let owner_bytes = encode::owner_bytes(owner);
-        let lease = encode::millis(req.lease);
-        let retention = encode::millis(req.retention);
-        let tool = req.tool.as_str();
-        let params: [&(dyn ToSql + Sync); 7] = [
-            &digest.as_slice(),
-            &req.key.as_str(),
-            &tool,
-            &req.fingerprint.as_bytes().as_slice(),
-            &owner_bytes.as_slice(),
-            &lease,
-            &retention,
-        ];
+        let (Some(batches), Some(me)) = (&self.batches, self.me.upgrade()) else {
+            return self.claim_alone(req, owner).await;
+        };
         for _ in 0..CLAIM_ATTEMPTS {
-            let rows = self.query(sql::CLAIM, &params).await?;
-            // No row: the colliding claim committed after this statement's
-            // snapshot. No verdict: takeable in the snapshot, yet not taken,
-            // so the row changed since. Either way, run it again.
-            if let Some(found) = rows.first().map(read_claim).transpose()?.flatten() {
-                return Ok(found);
+            let ask = ClaimAsk::new(req, owner);
+            let store = Arc::clone(&me);
+            let run = move |members| batch::claims(Arc::clone(&store), members);
+            match batches.claims.ask(ask, run).await?? {
+                Claimed::Mine(won) => return Ok(won.keep()),
+                Claimed::Other(found) => return Ok(found),
+                // The key changed under the statement: run it again.
+                Claimed::Again => {}
             }
         }
-        Err(StoreError::Backend(
-            format!(
-                "the claim on key `{}` kept changing under {CLAIM_ATTEMPTS} attempts",
-                req.key
-            )
-            .into(),
-        ))
+        Err(kept_changing(req))
     }
 
     fn wait(self: Arc<Self>, woken: Subscription, holder: Holder, lease_left: Duration) -> Wait {
@@ -172,23 +217,14 @@ impl Backend for Inner {
     }
 
     async fn complete(&self, holder: Holder, done: CompletionRow) -> StoreResult<u64> {
-        let statement = if self.asynchronous_completions {
-            sql::COMPLETE_ASYNC
-        } else {
-            sql::COMPLETE
-        };
-        let owner = holder.owner_bytes();
-        let params: [&(dyn ToSql + Sync); 8] = [
-            &holder.digest.as_slice(),
-            &owner.as_slice(),
-            &holder.fence_column(),
-            &done.state,
-            &done.json.as_str(),
-            &done.completed_at,
-            &encode::millis(done.retention),
-            &NOTIFY_CHANNEL,
-        ];
-        self.execute(statement, &params).await
+        let ask = CompleteAsk::new(holder, done);
+        match (&self.batches, self.me.upgrade()) {
+            (Some(batches), Some(me)) => {
+                let run = move |members| batch::completions(Arc::clone(&me), members);
+                batches.completions.ask(ask, run).await?
+            }
+            _ => batch::complete_one(self, &ask).await,
+        }
     }
 
     async fn release(&self, holder: Holder) -> StoreResult<u64> {

@@ -70,6 +70,72 @@ SELECT false, fence, taken_over, key_text, tool, fingerprint, state, owner,
 FROM existing
 WHERE NOT EXISTS (SELECT 1 FROM mine);
 
+-- claim
+WITH asks AS (
+    SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::bytea[], $5::bytea[],
+                         $6::bigint[], $7::bigint[])
+        WITH ORDINALITY AS a(digest, key_text, tool, fingerprint, owner, lease, retention, i)
+),
+existing AS (
+    SELECT a.i, c.fence, c.taken_over, c.key_text, c.tool, c.fingerprint, c.state, c.owner,
+           c.lease_until, c.result, c.completed_at, c.expires_at
+    FROM asks a JOIN idempotent_claims c ON c.key_digest = a.digest
+),
+taken AS (
+    UPDATE idempotent_claims AS c SET
+        key_text = a.key_text,
+        tool = a.tool,
+        fingerprint = a.fingerprint,
+        state = 'held',
+        owner = a.owner,
+        fence = c.fence + 1,
+        taken_over = (c.state = 'held'),
+        waiting = false,
+        lease_until = now() + a.lease * interval '1 millisecond',
+        expires_at = now() + (a.lease + a.retention) * interval '1 millisecond',
+        result = NULL,
+        completed_at = NULL
+    FROM asks a
+    WHERE c.key_digest = a.digest
+      AND ((c.state = 'held' AND c.lease_until <= now()
+            AND c.tool = a.tool AND c.fingerprint = a.fingerprint)
+           OR (c.state <> 'held' AND c.expires_at <= now()))
+    RETURNING a.i, c.fence, c.taken_over
+),
+inserted AS (
+    INSERT INTO idempotent_claims
+        (key_digest, key_text, tool, fingerprint, state, owner, fence, taken_over,
+         lease_until, expires_at)
+    SELECT a.digest, a.key_text, a.tool, a.fingerprint, 'held', a.owner, 1, false,
+           now() + a.lease * interval '1 millisecond',
+           now() + (a.lease + a.retention) * interval '1 millisecond'
+    FROM asks a
+    WHERE NOT EXISTS (SELECT 1 FROM existing e WHERE e.i = a.i)
+    ORDER BY a.i
+    ON CONFLICT (key_digest) DO NOTHING
+    RETURNING key_digest, fence, taken_over
+),
+mine AS (
+    SELECT i, fence, taken_over FROM taken
+    UNION ALL
+    SELECT a.i, n.fence, n.taken_over FROM inserted n JOIN asks a ON a.digest = n.key_digest
+)
+SELECT i, true AS mine, fence, taken_over,
+       NULL::text AS key_text, NULL::text AS tool, NULL::bytea AS fingerprint,
+       NULL::text AS state, NULL::bytea AS owner, NULL::bigint AS lease_left_ms,
+       NULL::text AS result, NULL::timestamptz AS completed_at,
+       false AS stale
+FROM mine
+UNION ALL
+SELECT e.i, false, e.fence, e.taken_over, e.key_text, e.tool, e.fingerprint, e.state, e.owner,
+       GREATEST(0, CEIL(EXTRACT(EPOCH FROM (e.lease_until - now())) * 1000))::bigint,
+       e.result, e.completed_at,
+       (e.state <> 'held' AND e.expires_at <= now())
+         OR (e.state = 'held' AND e.lease_until <= now()
+             AND e.tool = a.tool AND e.fingerprint = a.fingerprint)
+FROM existing e JOIN asks a ON a.i = e.i
+WHERE NOT EXISTS (SELECT 1 FROM mine m WHERE m.i = e.i);
+
 -- complete
 WITH done AS (
     UPDATE idempotent_claims
@@ -93,6 +159,43 @@ done AS (
     RETURNING key_digest, waiting
 )
 SELECT CASE WHEN waiting THEN pg_notify($8::text, encode(key_digest, 'hex')) END
+FROM done, unflushed;
+
+-- complete
+WITH asks AS (
+    SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bigint[], $4::text[], $5::text[],
+                         $6::timestamptz[], $7::bigint[])
+        AS a(digest, owner, fence, state, result, completed_at, retention)
+),
+done AS (
+    UPDATE idempotent_claims AS c
+    SET state = a.state, result = a.result, completed_at = a.completed_at, lease_until = NULL,
+        expires_at = now() + a.retention * interval '1 millisecond'
+    FROM asks a
+    WHERE c.key_digest = a.digest AND c.owner = a.owner AND c.fence = a.fence
+    RETURNING c.key_digest, c.waiting
+)
+SELECT key_digest, CASE WHEN waiting THEN pg_notify($8::text, encode(key_digest, 'hex')) END
+FROM done;
+
+-- complete
+WITH unflushed AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+),
+asks AS (
+    SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bigint[], $4::text[], $5::text[],
+                         $6::timestamptz[], $7::bigint[])
+        AS a(digest, owner, fence, state, result, completed_at, retention)
+),
+done AS (
+    UPDATE idempotent_claims AS c
+    SET state = a.state, result = a.result, completed_at = a.completed_at, lease_until = NULL,
+        expires_at = now() + a.retention * interval '1 millisecond'
+    FROM asks a
+    WHERE c.key_digest = a.digest AND c.owner = a.owner AND c.fence = a.fence
+    RETURNING c.key_digest, c.waiting
+)
+SELECT key_digest, CASE WHEN waiting THEN pg_notify($8::text, encode(key_digest, 'hex')) END
 FROM done, unflushed;
 
 -- release

@@ -6,13 +6,16 @@
 use super::*;
 use crate::store::postgres_store::NOTIFY_CHANNEL;
 
-const STATEMENTS: [Statement; 15] = [
+const STATEMENTS: [Statement; 18] = [
     SCHEMA_VERSION_OF,
     NEWEST_VERSION,
     MIGRATE_LOCK,
     CLAIM,
+    CLAIM_MANY,
     COMPLETE,
     COMPLETE_ASYNC,
+    COMPLETE_MANY,
+    COMPLETE_MANY_ASYNC,
     RELEASE,
     MARK_WAITING,
     RENEW,
@@ -48,7 +51,14 @@ fn each_statement_renders_as_the_golden_file_says() {
 
 #[test]
 fn notifications_go_to_the_channel_the_listener_listens_on() {
-    for statement in [COMPLETE, COMPLETE_ASYNC, RELEASE, FORGET] {
+    for statement in [
+        COMPLETE,
+        COMPLETE_ASYNC,
+        COMPLETE_MANY,
+        COMPLETE_MANY_ASYNC,
+        RELEASE,
+        FORGET,
+    ] {
         assert!(
             !statement.sql.contains("pg_notify('"),
             "`{}` spells its channel by hand",
