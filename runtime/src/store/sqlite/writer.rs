@@ -1,0 +1,351 @@
+//! The SQLite store's writer: one thread with its own connection that runs
+//! every claim, completion, release and renewal.
+//!
+//! SQLite admits one writer at a time, and each commit in `synchronous =
+//! FULL` costs a flush. So the steps that arrive while a write is in
+//! flight go together in the next one: the thread takes everything queued,
+//! runs it in one `IMMEDIATE` transaction with a `SAVEPOINT` per step (a
+//! step that fails rolls back alone, and only its caller hears of it),
+//! commits once, and answers each caller. With nothing queued it runs the
+//! one step at once: no step waits for company.
+//!
+//! A claim whose caller is gone is not made, or rolled back before the
+//! commit, or released right after it: a claim never outlives its caller
+//! unseen.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::SystemTime;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::oneshot;
+
+use super::error::store_error;
+use super::rows::{Returned, read_returned};
+use super::sql;
+use crate::store::durable::encode;
+use crate::store::{StoreError, StoreResult};
+
+/// The most steps one transaction runs, so a long queue still answers its
+/// first callers soon.
+const MOST_PER_BATCH: usize = 256;
+
+/// One step, with its parameters as stored.
+pub(super) enum Step {
+    /// `sql::PEEK_COMPLETED`, then `sql::CLAIM` if no completed row.
+    Claim {
+        digest: [u8; 32],
+        key_text: String,
+        tool: String,
+        fingerprint: [u8; 16],
+        owner: [u8; 16],
+        lease: i64,
+        retention: i64,
+    },
+    /// `sql::COMPLETE`.
+    Complete {
+        digest: [u8; 32],
+        owner: [u8; 16],
+        fence: i64,
+        state: &'static str,
+        json: String,
+        completed_at: i64,
+        retention: i64,
+    },
+    /// `sql::RELEASE`.
+    Release {
+        digest: [u8; 32],
+        owner: [u8; 16],
+        fence: i64,
+    },
+    /// `sql::RENEW`.
+    Renew {
+        digest: [u8; 32],
+        owner: [u8; 16],
+        fence: i64,
+        lease: i64,
+        retention: i64,
+    },
+}
+
+/// What a step did.
+pub(super) enum Done {
+    /// The row a claim found or made, and the time it ran with.
+    Claimed(Returned, i64),
+    /// The rows a completion, release or renewal changed.
+    Changed(usize),
+}
+
+/// A step and where its answer goes.
+pub(super) struct Job {
+    step: Step,
+    reply: oneshot::Sender<StoreResult<Done>>,
+}
+
+/// The writer's queue; the thread ends when the store that holds it is
+/// dropped.
+pub(super) struct Writer {
+    queue: mpsc::Sender<Job>,
+    /// How many transactions the thread has committed.
+    commits: Arc<AtomicU64>,
+}
+
+impl Writer {
+    /// Starts the writer thread over `conn`.
+    pub(super) fn start(conn: Connection, path: &Path) -> StoreResult<Writer> {
+        let (queue, jobs) = mpsc::channel();
+        let commits = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&commits);
+        std::thread::Builder::new()
+            .name("idempotent-sqlite-writer".into())
+            .spawn(move || write_until_closed(conn, jobs, &counted))
+            .map_err(|cause| StoreError::CannotOpen {
+                store: "SQLite",
+                place: path.display().to_string(),
+                cause: Box::new(cause),
+            })?;
+        Ok(Writer { queue, commits })
+    }
+
+    /// How many transactions the writer has committed.
+    pub(super) fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    /// Queues `step` and waits for its answer. Dropping the future leaves
+    /// the step queued; a claim nobody waits for any more is undone.
+    pub(super) async fn run(&self, step: Step) -> StoreResult<Done> {
+        let (reply, answer) = oneshot::channel();
+        self.queue.send(Job { step, reply }).map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
+    }
+}
+
+/// The writer thread is gone (it panicked): the store cannot write.
+fn gone() -> StoreError {
+    StoreError::Backend("the SQLite store's writer thread stopped".into())
+}
+
+fn now_millis() -> i64 {
+    encode::unix_millis(SystemTime::now())
+}
+
+/// The writer's loop: block for a step, take whatever else is queued, run
+/// them all in one transaction, answer, repeat.
+fn write_until_closed(mut conn: Connection, jobs: mpsc::Receiver<Job>, commits: &AtomicU64) {
+    let mut batch = Vec::with_capacity(MOST_PER_BATCH);
+    while let Ok(first) = jobs.recv() {
+        batch.push(first);
+        while batch.len() < MOST_PER_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        if run_batch(&mut conn, &mut batch) {
+            commits.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A step run inside the batch's transaction, and what it came to.
+struct Ran {
+    reply: oneshot::Sender<StoreResult<Done>>,
+    outcome: StoreResult<Done>,
+    /// The owner and digest of a claim it made, to undo if its caller is
+    /// gone by the time the answer is sent.
+    made: Option<([u8; 32], [u8; 16], i64)>,
+}
+
+/// Runs `batch` in one transaction and answers every caller; whether it
+/// committed.
+fn run_batch(conn: &mut Connection, batch: &mut Vec<Job>) -> bool {
+    // A claim whose caller already left is not made at all.
+    batch.retain(|job| !(matches!(job.step, Step::Claim { .. }) && job.reply.is_closed()));
+    if batch.is_empty() {
+        return false;
+    }
+    if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
+        for job in batch.drain(..) {
+            let _ = job.reply.send(Err(shared_error(&err)));
+        }
+        return false;
+    }
+    let mut ran = Vec::with_capacity(batch.len());
+    for job in batch.drain(..) {
+        let outcome = in_savepoint(conn, &job.step);
+        let made = match (&job.step, &outcome) {
+            (Step::Claim { digest, owner, .. }, Ok(Done::Claimed(row, _)))
+                if row.owned_by(owner) =>
+            {
+                Some((*digest, *owner, row.fence_column()))
+            }
+            _ => None,
+        };
+        ran.push(Ran {
+            reply: job.reply,
+            outcome,
+            made,
+        });
+    }
+    // A claim whose caller left while the batch ran is let go before the
+    // commit, in the same transaction.
+    for step in &mut ran {
+        if let Some((digest, owner, fence)) = step.made
+            && step.reply.is_closed()
+        {
+            let _ = release(conn, &digest, &owner, fence);
+            step.made = None;
+        }
+    }
+    if let Err(err) = conn.execute_batch("COMMIT") {
+        // A failed `COMMIT` may leave the transaction open: nothing in it
+        // happened.
+        let _ = conn.execute_batch("ROLLBACK");
+        for step in ran {
+            let _ = step.reply.send(Err(shared_error(&err)));
+        }
+        return false;
+    }
+    let mut orphans = Vec::new();
+    for step in ran {
+        let made = step.made;
+        if step.reply.send(step.outcome).is_err()
+            && let Some(claim) = made
+        {
+            orphans.push(claim);
+        }
+    }
+    // Claims whose callers left between the commit and the answer: let go
+    // at once, each in its own statement (a failure leaves it to its
+    // lease).
+    for (digest, owner, fence) in orphans {
+        let _ = release(conn, &digest, &owner, fence);
+    }
+    true
+}
+
+/// Runs one step inside a savepoint: its failure rolls back only its own
+/// writes.
+fn in_savepoint(conn: &Connection, step: &Step) -> StoreResult<Done> {
+    conn.execute_batch("SAVEPOINT step").map_err(store_error)?;
+    match run_step(conn, step) {
+        Ok(done) => match conn.execute_batch("RELEASE step") {
+            Ok(()) => Ok(done),
+            Err(err) => {
+                let _ = conn.execute_batch("ROLLBACK TO step; RELEASE step");
+                Err(store_error(err))
+            }
+        },
+        Err(err) => {
+            let _ = conn.execute_batch("ROLLBACK TO step; RELEASE step");
+            Err(store_error(err))
+        }
+    }
+}
+
+fn run_step(conn: &Connection, step: &Step) -> rusqlite::Result<Done> {
+    match step {
+        Step::Claim {
+            digest,
+            key_text,
+            tool,
+            fingerprint,
+            owner,
+            lease,
+            retention,
+        } => {
+            let now = now_millis();
+            // A completed record stays finished until it expires, so a read
+            // may answer a replay: it writes nothing, and a batch of
+            // replays commits without a flush.
+            let finished = conn
+                .prepare_cached(sql::PEEK_COMPLETED)?
+                .query_row(params![digest.as_slice(), now], read_returned)
+                .optional()?;
+            let returned = match finished {
+                Some(finished) => finished,
+                None => conn.prepare_cached(sql::CLAIM)?.query_row(
+                    params![
+                        digest.as_slice(),
+                        key_text.as_str(),
+                        tool.as_str(),
+                        fingerprint.as_slice(),
+                        owner.as_slice(),
+                        now,
+                        lease,
+                        retention
+                    ],
+                    read_returned,
+                )?,
+            };
+            Ok(Done::Claimed(returned, now))
+        }
+        Step::Complete {
+            digest,
+            owner,
+            fence,
+            state,
+            json,
+            completed_at,
+            retention,
+        } => conn
+            .prepare_cached(sql::COMPLETE)?
+            .execute(params![
+                digest.as_slice(),
+                owner.as_slice(),
+                fence,
+                state,
+                json,
+                completed_at,
+                now_millis(),
+                retention
+            ])
+            .map(Done::Changed),
+        Step::Release {
+            digest,
+            owner,
+            fence,
+        } => release(conn, digest, owner, *fence).map(Done::Changed),
+        Step::Renew {
+            digest,
+            owner,
+            fence,
+            lease,
+            retention,
+        } => conn
+            .prepare_cached(sql::RENEW)?
+            .execute(params![
+                digest.as_slice(),
+                owner.as_slice(),
+                fence,
+                now_millis(),
+                lease,
+                retention
+            ])
+            .map(Done::Changed),
+    }
+}
+
+fn release(
+    conn: &Connection,
+    digest: &[u8; 32],
+    owner: &[u8; 16],
+    fence: i64,
+) -> rusqlite::Result<usize> {
+    conn.prepare_cached(sql::RELEASE)?
+        .execute(params![digest.as_slice(), owner.as_slice(), fence])
+}
+
+/// The error of a statement every step in the batch shared (`BEGIN` or
+/// `COMMIT`), once for each caller, sorted as [`store_error`] sorts it.
+fn shared_error(err: &rusqlite::Error) -> StoreError {
+    match err {
+        rusqlite::Error::SqliteFailure(code, message) => {
+            store_error(rusqlite::Error::SqliteFailure(*code, message.clone()))
+        }
+        other => StoreError::Backend(other.to_string().into()),
+    }
+}
