@@ -1,27 +1,31 @@
 //! The SQLite store: a fresh call (claim, action, completion) and a replay,
 //! beside the floors of one plain `INSERT` (with the same durability, on the
-//! same kind of file) and one plain `SELECT` by key; then throughput with
-//! several clients at once, and the statements each call sends.
+//! same kind of file) and one plain `SELECT` by key; then calls per second
+//! with 1, 4 and 16 clients at once beside plain inserts (kept as rows in
+//! `benches/results/throughput.csv`), and the statements each call sends.
 //!
 //! ```sh
 //! cargo bench -p idempotent-benches --features sqlite --bench sqlite -- --warm-up-time 1 --measurement-time 3
 //! ```
+//!
+//! `THROUGHPUT_SECONDS` (default 5) sets how long each calls-per-second
+//! figure runs.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
-use criterion::{BenchmarkId, Criterion, Throughput};
+use criterion::Criterion;
 use idempotent_benches::durable::{self, fresh_call, next_order, replay, timed};
-use idempotent_benches::{Network, Provider, bench_run, multi_thread, refund_key};
-use idempotent_tools::SqliteStore;
-use idempotent_tools::call::Key;
+use idempotent_benches::{Network, Provider, bench_run, multi_thread, refund_key, results};
+use idempotent_tools::call::{DEFAULT_LEASE, DEFAULT_RETENTION, Fingerprint, Key, ToolId};
+use idempotent_tools::records::RecordState;
 use idempotent_tools::store::sqlite::rusqlite::{self, Connection, params};
+use idempotent_tools::store::{ClaimAnswer, ClaimRequest, Completion, RecordValue, Store};
+use idempotent_tools::{Run, SqliteStore};
 use tokio::runtime::Runtime;
-
-/// Calls each client makes in one round of the throughput benchmark.
-const CALLS_PER_CLIENT: u64 = 16;
 
 /// A directory for this run's files, removed at the end.
 struct Scratch(PathBuf);
@@ -138,6 +142,21 @@ fn latency(c: &mut Criterion, rt: &Runtime, scratch: &Scratch) {
             })
         })
     });
+    let by_hand = Bench {
+        store: Arc::clone(&store),
+        plain: PlainInsert::open(&scratch.path("plain-by-hand.db"))
+            .unwrap_or_else(|e| panic!("cannot open the plain file: {e}")),
+        provider: Provider::new(Network::Instant),
+        run: bench_run(),
+        tool: ToolId::new(idempotent_benches::TOOL),
+    };
+    group.bench_function("claim_and_completion", |b| {
+        b.iter_custom(|iters| {
+            timed(rt, iters, async || {
+                by_hand.once(Work::ClaimAndCompletion).await
+            })
+        })
+    });
     group.bench_function("plain_insert", |b| {
         b.iter_custom(|iters| {
             timed(rt, iters, async || {
@@ -167,49 +186,157 @@ fn latency(c: &mut Criterion, rt: &Runtime, scratch: &Scratch) {
     group.finish();
 }
 
-/// Fresh calls per second with `clients` tasks calling at once, each on its
-/// own keys: one round is `clients * CALLS_PER_CLIENT` calls.
-fn throughput(c: &mut Criterion, rt: &Runtime, scratch: &Scratch) {
-    let run = Arc::new(bench_run());
-    let provider = Arc::new(Provider::new(Network::Instant));
-    let store = open_store(&scratch.path("throughput.db"));
-    let mut group = c.benchmark_group("sqlite_clients");
+/// What one client does once in the throughput table.
+#[derive(Clone, Copy, PartialEq)]
+enum Work {
+    /// A whole guarded call: claim, action, completion.
+    FreshCall,
+    /// `Store::claim`, then `Store::complete`, by hand: the store's two
+    /// commits without the guard's tasks around them.
+    ClaimAndCompletion,
+    /// One plain `INSERT`, its own transaction.
+    PlainInsert,
+}
+
+impl Work {
+    const ALL: [Work; 3] = [Work::FreshCall, Work::ClaimAndCompletion, Work::PlainInsert];
+
+    fn name(self) -> &'static str {
+        match self {
+            Work::FreshCall => "fresh call",
+            Work::ClaimAndCompletion => "claim + completion",
+            Work::PlainInsert => "plain insert",
+        }
+    }
+}
+
+/// The floors and the store a client works on.
+struct Bench {
+    store: Arc<SqliteStore>,
+    plain: PlainInsert,
+    provider: Provider,
+    run: Run,
+    tool: ToolId,
+}
+
+impl Bench {
+    async fn once(&self, work: Work) {
+        let order_id = next_order();
+        match work {
+            Work::FreshCall => fresh_call(&self.store, &self.provider, &self.run, order_id).await,
+            Work::ClaimAndCompletion => {
+                let key = refund_key(&self.run, order_id).unwrap_or_else(|e| panic!("{e}"));
+                let request = ClaimRequest {
+                    key: &key,
+                    tool: &self.tool,
+                    fingerprint: Fingerprint::EMPTY,
+                    lease: DEFAULT_LEASE,
+                    retention: DEFAULT_RETENTION,
+                };
+                let Ok(ClaimAnswer::Claimed(claim)) = self.store.claim(request).await else {
+                    panic!("a new key is claimed");
+                };
+                let completion = Completion {
+                    state: RecordState::Done,
+                    value: RecordValue::from_json("{\"refund\":42}"),
+                    completed_at: SystemTime::now(),
+                };
+                self.store
+                    .complete(&claim, completion)
+                    .await
+                    .unwrap_or_else(|e| panic!("the completion failed: {e}"));
+            }
+            Work::PlainInsert => {
+                let key = refund_key(&self.run, order_id).unwrap_or_else(|e| panic!("{e}"));
+                self.plain.insert(key).await;
+            }
+        }
+    }
+}
+
+/// Calls per second with `clients` tasks at once, each on its own keys:
+/// the fresh call, the store's claim and completion by hand, and the plain
+/// insert, measured in turns of [`TURN`] each, so that a change in the
+/// machine's load falls on all three alike. Each figure is kept as a row
+/// for the plots.
+fn throughput(rt: &Runtime, scratch: &Scratch) {
+    let Some(seconds) = durable::throughput_seconds() else {
+        return;
+    };
+    let turns = (Duration::from_secs(seconds).as_millis() / TURN.as_millis()).max(1) as u32;
+    let bench = Arc::new(Bench {
+        store: open_store(&scratch.path("throughput.db")),
+        plain: PlainInsert::open(&scratch.path("throughput-plain.db"))
+            .unwrap_or_else(|e| panic!("cannot open the plain file: {e}")),
+        provider: Provider::new(Network::Instant),
+        run: bench_run(),
+        tool: ToolId::new(idempotent_benches::TOOL),
+    });
+    println!(
+        "\nsqlite calls per second ({seconds} s per figure, in turns of {} ms):",
+        TURN.as_millis()
+    );
+    println!(
+        "| clients | fresh call | claim + completion | plain insert | fresh ÷ insert | transactions per fresh call |"
+    );
+    println!("|---|---|---|---|---|---|");
     for clients in [1u64, 4, 16] {
-        group.throughput(Throughput::Elements(clients * CALLS_PER_CLIENT));
-        group.bench_with_input(
-            BenchmarkId::new("fresh_calls", clients),
-            &clients,
-            |b, &clients| {
-                b.iter_custom(|iters| {
-                    rt.block_on(async {
-                        let start = Instant::now();
-                        for _ in 0..iters {
-                            let tasks: Vec<_> = (0..clients)
-                                .map(|_| {
-                                    let (store, provider, run) = (
-                                        Arc::clone(&store),
-                                        Arc::clone(&provider),
-                                        Arc::clone(&run),
-                                    );
-                                    tokio::spawn(async move {
-                                        for _ in 0..CALLS_PER_CLIENT {
-                                            fresh_call(&store, &provider, &run, next_order()).await;
-                                        }
-                                    })
-                                })
-                                .collect();
-                            for task in tasks {
-                                task.await
-                                    .unwrap_or_else(|e| panic!("a client failed: {e}"));
-                            }
-                        }
-                        start.elapsed()
-                    })
-                })
-            },
+        let mut done = [0u64; 3];
+        let mut spent = [Duration::ZERO; 3];
+        let mut transactions = 0;
+        for _ in 0..turns {
+            for (i, work) in Work::ALL.into_iter().enumerate() {
+                let before = bench.store.transactions();
+                let (calls, took) = rt.block_on(turn(&bench, clients, work));
+                if work == Work::FreshCall {
+                    transactions += bench.store.transactions() - before;
+                }
+                done[i] += calls;
+                spent[i] += took;
+            }
+        }
+        let rate = |i: usize| done[i] as f64 / spent[i].as_secs_f64();
+        for (i, work) in Work::ALL.into_iter().enumerate() {
+            if work != Work::ClaimAndCompletion {
+                results::throughput("sqlite", work.name(), clients, rate(i));
+            }
+        }
+        println!(
+            "| {clients} | {:.0} | {:.0} | {:.0} | {:.2}× | {:.2} |",
+            rate(0),
+            rate(1),
+            rate(2),
+            rate(0) / rate(2),
+            transactions as f64 / done[0] as f64
         );
     }
-    group.finish();
+}
+
+/// How long each kind of work runs before the next takes its turn.
+const TURN: Duration = Duration::from_millis(500);
+
+/// One turn: `clients` tasks doing `work` until the turn is over; the calls
+/// done and the time they took.
+async fn turn(bench: &Arc<Bench>, clients: u64, work: Work) -> (u64, Duration) {
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let deadline = start + TURN;
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let (bench, done) = (Arc::clone(bench), Arc::clone(&done));
+            tokio::spawn(async move {
+                while Instant::now() < deadline {
+                    bench.once(work).await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await
+            .unwrap_or_else(|e| panic!("a client failed: {e}"));
+    }
+    (done.load(Ordering::Relaxed), start.elapsed())
 }
 
 fn main() {
@@ -217,6 +344,6 @@ fn main() {
     let rt = multi_thread();
     let scratch = Scratch::new();
     latency(&mut c, &rt, &scratch);
-    throughput(&mut c, &rt, &scratch);
     c.final_summary();
+    throughput(&rt, &scratch);
 }

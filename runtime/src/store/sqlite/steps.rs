@@ -133,7 +133,13 @@ impl Backend for Inner {
             retention: encode::millis(req.retention),
         };
         match self.write(step).await? {
-            Done::Claimed(returned, now) => returned.found(owner, now),
+            Done::Claimed(returned, now, mut undo) => {
+                let found = returned.found(owner, now);
+                if found.is_ok() {
+                    undo.disarm();
+                }
+                found
+            }
             Done::Changed(_) => Err(mismatched()),
         }
     }

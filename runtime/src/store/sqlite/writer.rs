@@ -9,14 +9,13 @@
 //! commits once, and answers each caller. With nothing queued it runs the
 //! one step at once: no step waits for company.
 //!
-//! A claim whose caller is gone is not made, or rolled back before the
-//! commit, or released right after it: a claim never outlives its caller
-//! unseen.
+//! A claim whose caller is gone is not made, or is released in the same
+//! transaction; one whose answer is dropped unread is released by the
+//! answer's [`Undo`]: a claim never outlives its caller unseen.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::{Arc, Weak, mpsc};
 use std::time::SystemTime;
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -72,8 +71,9 @@ pub(super) enum Step {
 
 /// What a step did.
 pub(super) enum Done {
-    /// The row a claim found or made, and the time it ran with.
-    Claimed(Returned, i64),
+    /// The row a claim found or made, the time it ran with, and what
+    /// releases the claim if this answer is dropped unread.
+    Claimed(Returned, i64, Undo),
     /// The rows a completion, release or renewal changed.
     Changed(usize),
 }
@@ -87,7 +87,7 @@ pub(super) struct Job {
 /// The writer's queue; the thread ends when the store that holds it is
 /// dropped.
 pub(super) struct Writer {
-    queue: mpsc::Sender<Job>,
+    queue: Arc<mpsc::Sender<Job>>,
     /// How many transactions the thread has committed.
     commits: Arc<AtomicU64>,
 }
@@ -96,11 +96,14 @@ impl Writer {
     /// Starts the writer thread over `conn`.
     pub(super) fn start(conn: Connection, path: &Path) -> StoreResult<Writer> {
         let (queue, jobs) = mpsc::channel();
+        let queue = Arc::new(queue);
         let commits = Arc::new(AtomicU64::new(0));
         let counted = Arc::clone(&commits);
+        // Weak, so the thread ends once the store is dropped.
+        let requeue = Arc::downgrade(&queue);
         std::thread::Builder::new()
             .name("idempotent-sqlite-writer".into())
-            .spawn(move || write_until_closed(conn, jobs, &counted))
+            .spawn(move || write_until_closed(conn, jobs, &requeue, &counted))
             .map_err(|cause| StoreError::CannotOpen {
                 store: "SQLite",
                 place: path.display().to_string(),
@@ -134,7 +137,12 @@ fn now_millis() -> i64 {
 
 /// The writer's loop: block for a step, take whatever else is queued, run
 /// them all in one transaction, answer, repeat.
-fn write_until_closed(mut conn: Connection, jobs: mpsc::Receiver<Job>, commits: &AtomicU64) {
+fn write_until_closed(
+    mut conn: Connection,
+    jobs: mpsc::Receiver<Job>,
+    requeue: &Weak<mpsc::Sender<Job>>,
+    commits: &AtomicU64,
+) {
     let mut batch = Vec::with_capacity(MOST_PER_BATCH);
     while let Ok(first) = jobs.recv() {
         batch.push(first);
@@ -144,8 +152,37 @@ fn write_until_closed(mut conn: Connection, jobs: mpsc::Receiver<Job>, commits: 
                 Err(_) => break,
             }
         }
-        if run_batch(&mut conn, &mut batch) {
+        if run_batch(&mut conn, &mut batch, requeue) {
             commits.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Releases a claim the writer made if the answer that carries it is
+/// dropped unread: its caller left after the commit.
+pub(super) struct Undo(Option<(Weak<mpsc::Sender<Job>>, [u8; 32], [u8; 16], i64)>);
+
+impl Undo {
+    /// The answer was read: the claim is its caller's.
+    pub(super) fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        if let Some((queue, digest, owner, fence)) = self.0.take()
+            && let Some(queue) = queue.upgrade()
+        {
+            // Nobody waits for the answer. With the store gone, the lease
+            // frees the claim.
+            let (reply, _) = oneshot::channel();
+            let step = Step::Release {
+                digest,
+                owner,
+                fence,
+            };
+            let _ = queue.send(Job { step, reply });
         }
     }
 }
@@ -154,14 +191,15 @@ fn write_until_closed(mut conn: Connection, jobs: mpsc::Receiver<Job>, commits: 
 struct Ran {
     reply: oneshot::Sender<StoreResult<Done>>,
     outcome: StoreResult<Done>,
-    /// The owner and digest of a claim it made, to undo if its caller is
-    /// gone by the time the answer is sent.
-    made: Option<([u8; 32], [u8; 16], i64)>,
 }
 
 /// Runs `batch` in one transaction and answers every caller; whether it
 /// committed.
-fn run_batch(conn: &mut Connection, batch: &mut Vec<Job>) -> bool {
+fn run_batch(
+    conn: &mut Connection,
+    batch: &mut Vec<Job>,
+    requeue: &Weak<mpsc::Sender<Job>>,
+) -> bool {
     // A claim whose caller already left is not made at all.
     batch.retain(|job| !(matches!(job.step, Step::Claim { .. }) && job.reply.is_closed()));
     if batch.is_empty() {
@@ -175,54 +213,44 @@ fn run_batch(conn: &mut Connection, batch: &mut Vec<Job>) -> bool {
     }
     let mut ran = Vec::with_capacity(batch.len());
     for job in batch.drain(..) {
-        let outcome = in_savepoint(conn, &job.step);
-        let made = match (&job.step, &outcome) {
-            (Step::Claim { digest, owner, .. }, Ok(Done::Claimed(row, _)))
-                if row.owned_by(owner) =>
-            {
-                Some((*digest, *owner, row.fence_column()))
-            }
-            _ => None,
-        };
+        let mut outcome = in_savepoint(conn, &job.step);
+        if let (Step::Claim { digest, owner, .. }, Ok(Done::Claimed(row, _, undo))) =
+            (&job.step, &mut outcome)
+            && row.owned_by(owner)
+        {
+            *undo = Undo(Some((requeue.clone(), *digest, *owner, row.fence_column())));
+        }
         ran.push(Ran {
             reply: job.reply,
             outcome,
-            made,
         });
     }
     // A claim whose caller left while the batch ran is let go before the
     // commit, in the same transaction.
     for step in &mut ran {
-        if let Some((digest, owner, fence)) = step.made
+        if let Ok(Done::Claimed(_, _, undo)) = &mut step.outcome
             && step.reply.is_closed()
+            && let Some((_, digest, owner, fence)) = undo.0.take()
         {
             let _ = release(conn, &digest, &owner, fence);
-            step.made = None;
         }
     }
     if let Err(err) = conn.execute_batch("COMMIT") {
         // A failed `COMMIT` may leave the transaction open: nothing in it
         // happened.
         let _ = conn.execute_batch("ROLLBACK");
-        for step in ran {
+        for mut step in ran {
+            if let Ok(Done::Claimed(_, _, undo)) = &mut step.outcome {
+                undo.disarm();
+            }
             let _ = step.reply.send(Err(shared_error(&err)));
         }
         return false;
     }
-    let mut orphans = Vec::new();
     for step in ran {
-        let made = step.made;
-        if step.reply.send(step.outcome).is_err()
-            && let Some(claim) = made
-        {
-            orphans.push(claim);
-        }
-    }
-    // Claims whose callers left between the commit and the answer: let go
-    // at once, each in its own statement (a failure leaves it to its
-    // lease).
-    for (digest, owner, fence) in orphans {
-        let _ = release(conn, &digest, &owner, fence);
+        // An answer nobody reads is dropped here, and its `Undo` queues
+        // the release.
+        let _ = step.reply.send(step.outcome);
     }
     true
 }
@@ -281,7 +309,7 @@ fn run_step(conn: &Connection, step: &Step) -> rusqlite::Result<Done> {
                     read_returned,
                 )?,
             };
-            Ok(Done::Claimed(returned, now))
+            Ok(Done::Claimed(returned, now, Undo(None)))
         }
         Step::Complete {
             digest,
@@ -347,5 +375,73 @@ fn shared_error(err: &rusqlite::Error) -> StoreError {
             store_error(rusqlite::Error::SqliteFailure(*code, message.clone()))
         }
         other => StoreError::Backend(other.to_string().into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::SqliteStore;
+    use super::*;
+
+    fn claim(key: &str) -> Step {
+        Step::Claim {
+            digest: [key.len() as u8; 32],
+            key_text: key.to_owned(),
+            tool: "shop::refund".to_owned(),
+            fingerprint: [0; 16],
+            owner: [7; 16],
+            lease: 60_000,
+            retention: 60_000,
+        }
+    }
+
+    fn rows(path: &Path, key: &str) -> i64 {
+        Connection::open(path)
+            .and_then(|conn| {
+                conn.query_row(
+                    "SELECT count(*) FROM idempotent_claims WHERE key_text = ?1",
+                    [key],
+                    |r| r.get(0),
+                )
+            })
+            .expect("count the rows")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_claim_whose_answer_is_dropped_unread_is_released_and_one_read_is_kept() {
+        let dir = std::env::temp_dir().join(format!("idempotent-writer-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let path = dir.join("claims.db");
+        let store = SqliteStore::open(&path).expect("open");
+        let writer = &store.inner.writer;
+
+        // Answered after the commit, then dropped unread.
+        let (reply, unread) = oneshot::channel();
+        writer
+            .queue
+            .send(Job {
+                step: claim("dropped"),
+                reply,
+            })
+            .expect("queued");
+        while writer.commits() == 0 {
+            tokio::task::yield_now().await;
+        }
+        drop(unread);
+        // Read: the claim stays its caller's.
+        let Done::Claimed(row, _, mut undo) = writer.run(claim("kept-key")).await.expect("claim")
+        else {
+            panic!("a claim's answer");
+        };
+        assert!(row.owned_by(&[7; 16]));
+        undo.disarm();
+        drop(undo);
+        // The steps run in order: the release queued by the unread answer
+        // ran before this one.
+        writer.run(claim("after-all")).await.expect("a last claim");
+        assert_eq!(rows(&path, "dropped"), 0, "the unread claim was released");
+        assert_eq!(rows(&path, "kept-key"), 1, "the read claim is kept");
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
