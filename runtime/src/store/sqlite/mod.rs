@@ -150,9 +150,10 @@ impl SqliteStore {
         self.inner.statements.load(Ordering::Relaxed)
     }
 
-    /// How many transactions the writer has committed: claims, completions,
-    /// releases and renewals that waited together share one. For measuring
-    /// how well steps coalesce.
+    /// How many transactions the writer has run: claims, completions,
+    /// releases and renewals that waited together share one, and a step
+    /// that found nothing queued is one alone. For measuring how well steps
+    /// coalesce.
     pub fn transactions(&self) -> u64 {
         self.inner.writer.commits()
     }

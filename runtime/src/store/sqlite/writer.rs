@@ -6,8 +6,8 @@
 //! flight go together in the next one: the thread takes everything queued,
 //! runs it in one `IMMEDIATE` transaction with a `SAVEPOINT` per step (a
 //! step that fails rolls back alone, and only its caller hears of it),
-//! commits once, and answers each caller. With nothing queued it runs the
-//! one step at once: no step waits for company.
+//! commits once, and answers each caller. A step that finds nothing queued
+//! runs at once as its own statement: no step waits for company.
 //!
 //! A claim whose caller is gone is not made, or is released in the same
 //! transaction; one whose answer is dropped unread is released by the
@@ -205,7 +205,10 @@ fn run_batch(
     if batch.is_empty() {
         return false;
     }
-    if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
+    if let [_] = batch.as_slice() {
+        return run_alone(conn, batch, requeue);
+    }
+    if let Err(err) = execute(conn, "BEGIN IMMEDIATE") {
         for job in batch.drain(..) {
             let _ = job.reply.send(Err(shared_error(&err)));
         }
@@ -214,12 +217,7 @@ fn run_batch(
     let mut ran = Vec::with_capacity(batch.len());
     for job in batch.drain(..) {
         let mut outcome = in_savepoint(conn, &job.step);
-        if let (Step::Claim { digest, owner, .. }, Ok(Done::Claimed(row, _, undo))) =
-            (&job.step, &mut outcome)
-            && row.owned_by(owner)
-        {
-            *undo = Undo(Some((requeue.clone(), *digest, *owner, row.fence_column())));
-        }
+        arm(&job.step, &mut outcome, requeue);
         ran.push(Ran {
             reply: job.reply,
             outcome,
@@ -235,10 +233,10 @@ fn run_batch(
             let _ = release(conn, &digest, &owner, fence);
         }
     }
-    if let Err(err) = conn.execute_batch("COMMIT") {
+    if let Err(err) = execute(conn, "COMMIT") {
         // A failed `COMMIT` may leave the transaction open: nothing in it
         // happened.
-        let _ = conn.execute_batch("ROLLBACK");
+        let _ = execute(conn, "ROLLBACK");
         for mut step in ran {
             if let Ok(Done::Claimed(_, _, undo)) = &mut step.outcome {
                 undo.disarm();
@@ -255,22 +253,52 @@ fn run_batch(
     true
 }
 
+/// Runs a step that found nothing queued beside it: as its own statement,
+/// which SQLite commits at once, with no transaction around it.
+fn run_alone(
+    conn: &mut Connection,
+    batch: &mut Vec<Job>,
+    requeue: &Weak<mpsc::Sender<Job>>,
+) -> bool {
+    let Some(job) = batch.pop() else {
+        return false;
+    };
+    let mut outcome = run_step(conn, &job.step).map_err(store_error);
+    arm(&job.step, &mut outcome, requeue);
+    let _ = job.reply.send(outcome);
+    true
+}
+
+/// Arms the `Undo` of a claim `step` made, so that its answer, dropped
+/// unread, releases it.
+fn arm(step: &Step, outcome: &mut StoreResult<Done>, requeue: &Weak<mpsc::Sender<Job>>) {
+    if let (Step::Claim { digest, owner, .. }, Ok(Done::Claimed(row, _, undo))) = (step, outcome)
+        && row.owned_by(owner)
+    {
+        *undo = Undo(Some((requeue.clone(), *digest, *owner, row.fence_column())));
+    }
+}
+
+/// Runs a statement without parameters, prepared once per connection.
+fn execute(conn: &Connection, statement: &str) -> rusqlite::Result<usize> {
+    conn.prepare_cached(statement)?.execute([])
+}
+
 /// Runs one step inside a savepoint: its failure rolls back only its own
 /// writes.
 fn in_savepoint(conn: &Connection, step: &Step) -> StoreResult<Done> {
-    conn.execute_batch("SAVEPOINT step").map_err(store_error)?;
+    execute(conn, "SAVEPOINT step").map_err(store_error)?;
+    let undone = |err| {
+        let _ = execute(conn, "ROLLBACK TO step");
+        let _ = execute(conn, "RELEASE step");
+        Err(store_error(err))
+    };
     match run_step(conn, step) {
-        Ok(done) => match conn.execute_batch("RELEASE step") {
-            Ok(()) => Ok(done),
-            Err(err) => {
-                let _ = conn.execute_batch("ROLLBACK TO step; RELEASE step");
-                Err(store_error(err))
-            }
+        Ok(done) => match execute(conn, "RELEASE step") {
+            Ok(_) => Ok(done),
+            Err(err) => undone(err),
         },
-        Err(err) => {
-            let _ = conn.execute_batch("ROLLBACK TO step; RELEASE step");
-            Err(store_error(err))
-        }
+        Err(err) => undone(err),
     }
 }
 
