@@ -15,15 +15,13 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use idempotent_benches::durable::{self, fresh_call, next_order, replay, timed};
 use idempotent_benches::{Network, Provider, bench_run, multi_thread, refund_key, results};
-use idempotent_tools::call::{DEFAULT_LEASE, DEFAULT_RETENTION, Fingerprint, Key, ToolId};
-use idempotent_tools::records::RecordState;
+use idempotent_tools::call::Key;
 use idempotent_tools::store::sqlite::rusqlite::{self, Connection, params};
-use idempotent_tools::store::{ClaimAnswer, ClaimRequest, Completion, RecordValue, Store};
 use idempotent_tools::{Run, SqliteStore};
 use tokio::runtime::Runtime;
 
@@ -131,7 +129,7 @@ fn latency(c: &mut Criterion, rt: &Runtime, scratch: &Scratch) {
     let (fresh, replayed) =
         durable::steps_per_call(rt, &store, &provider, &run, SqliteStore::statements);
     println!(
-        "sqlite statements per call: fresh {fresh}, replay {replayed} (each one hop to the blocking pool)"
+        "sqlite steps per call: fresh {fresh}, replay {replayed} (each one trip to the writer thread)"
     );
 
     let mut group = c.benchmark_group("sqlite");
@@ -139,21 +137,6 @@ fn latency(c: &mut Criterion, rt: &Runtime, scratch: &Scratch) {
         b.iter_custom(|iters| {
             timed(rt, iters, async || {
                 fresh_call(&store, &provider, &run, next_order()).await;
-            })
-        })
-    });
-    let by_hand = Bench {
-        store: Arc::clone(&store),
-        plain: PlainInsert::open(&scratch.path("plain-by-hand.db"))
-            .unwrap_or_else(|e| panic!("cannot open the plain file: {e}")),
-        provider: Provider::new(Network::Instant),
-        run: bench_run(),
-        tool: ToolId::new(idempotent_benches::TOOL),
-    };
-    group.bench_function("claim_and_completion", |b| {
-        b.iter_custom(|iters| {
-            timed(rt, iters, async || {
-                by_hand.once(Work::ClaimAndCompletion).await
             })
         })
     });
@@ -186,25 +169,79 @@ fn latency(c: &mut Criterion, rt: &Runtime, scratch: &Scratch) {
     group.finish();
 }
 
+/// Rounds of the one-caller comparison.
+const ROUNDS: usize = 400;
+
+/// One caller, the variants interleaved call by call: a fresh call, a plain
+/// insert, a replay and a plain select, [`ROUNDS`] times, each timed alone.
+/// Medians of the four, so that the machine's load falls on them alike
+/// (criterion's figures above run each variant for seconds before the
+/// next, and drift with the load in between).
+fn one_caller(rt: &Runtime, scratch: &Scratch) {
+    let run = bench_run();
+    let provider = Provider::new(Network::Instant);
+    let store = open_store(&scratch.path("one-caller.db"));
+    let plain = PlainInsert::open(&scratch.path("one-caller-plain.db"))
+        .unwrap_or_else(|e| panic!("cannot open the plain file: {e}"));
+    let replayed = next_order();
+    rt.block_on(fresh_call(&store, &provider, &run, replayed));
+    let selected = refund_key(&run, replayed).unwrap_or_else(|e| panic!("{e}"));
+    rt.block_on(plain.insert(selected.clone()));
+    let mut times: [Vec<Duration>; 4] = Default::default();
+    rt.block_on(async {
+        for round in 0..ROUNDS + ROUNDS / 8 {
+            let start = Instant::now();
+            fresh_call(&store, &provider, &run, next_order()).await;
+            let fresh = start.elapsed();
+            let start = Instant::now();
+            let key = refund_key(&run, next_order()).unwrap_or_else(|e| panic!("{e}"));
+            plain.insert(key).await;
+            let insert = start.elapsed();
+            let start = Instant::now();
+            replay(&store, &provider, &run, black_box(replayed)).await;
+            let replay = start.elapsed();
+            let start = Instant::now();
+            assert!(plain.select(black_box(selected.clone())).await);
+            let select = start.elapsed();
+            // The first rounds warm up.
+            if round >= ROUNDS / 8 {
+                for (i, took) in [fresh, insert, replay, select].into_iter().enumerate() {
+                    times[i].push(took);
+                }
+            }
+        }
+    });
+    let [fresh, insert, replayed, select] = times.map(|mut v| {
+        v.sort();
+        v[v.len() / 2]
+    });
+    println!(
+        "\nsqlite, one caller, {ROUNDS} rounds interleaved (medians): fresh call {fresh:?}, plain insert {insert:?}: {:.2}×; replay {replayed:?}, plain select {select:?}: {:.2}×",
+        fresh.as_secs_f64() / insert.as_secs_f64(),
+        replayed.as_secs_f64() / select.as_secs_f64()
+    );
+}
+
 /// What one client does once in the throughput table.
 #[derive(Clone, Copy, PartialEq)]
 enum Work {
     /// A whole guarded call: claim, action, completion.
     FreshCall,
-    /// `Store::claim`, then `Store::complete`, by hand: the store's two
-    /// commits without the guard's tasks around them.
-    ClaimAndCompletion,
+    /// Two plain `INSERT`s one after the other: the floor of a call that
+    /// commits twice, as a fresh call does (its claim, then its
+    /// completion).
+    TwoInserts,
     /// One plain `INSERT`, its own transaction.
     PlainInsert,
 }
 
 impl Work {
-    const ALL: [Work; 3] = [Work::FreshCall, Work::ClaimAndCompletion, Work::PlainInsert];
+    const ALL: [Work; 3] = [Work::FreshCall, Work::TwoInserts, Work::PlainInsert];
 
     fn name(self) -> &'static str {
         match self {
             Work::FreshCall => "fresh call",
-            Work::ClaimAndCompletion => "claim + completion",
+            Work::TwoInserts => "two plain inserts",
             Work::PlainInsert => "plain insert",
         }
     }
@@ -216,7 +253,6 @@ struct Bench {
     plain: PlainInsert,
     provider: Provider,
     run: Run,
-    tool: ToolId,
 }
 
 impl Bench {
@@ -224,27 +260,11 @@ impl Bench {
         let order_id = next_order();
         match work {
             Work::FreshCall => fresh_call(&self.store, &self.provider, &self.run, order_id).await,
-            Work::ClaimAndCompletion => {
-                let key = refund_key(&self.run, order_id).unwrap_or_else(|e| panic!("{e}"));
-                let request = ClaimRequest {
-                    key: &key,
-                    tool: &self.tool,
-                    fingerprint: Fingerprint::EMPTY,
-                    lease: DEFAULT_LEASE,
-                    retention: DEFAULT_RETENTION,
-                };
-                let Ok(ClaimAnswer::Claimed(claim)) = self.store.claim(request).await else {
-                    panic!("a new key is claimed");
-                };
-                let completion = Completion {
-                    state: RecordState::Done,
-                    value: RecordValue::from_json("{\"refund\":42}"),
-                    completed_at: SystemTime::now(),
-                };
-                self.store
-                    .complete(&claim, completion)
-                    .await
-                    .unwrap_or_else(|e| panic!("the completion failed: {e}"));
+            Work::TwoInserts => {
+                for order_id in [order_id, next_order()] {
+                    let key = refund_key(&self.run, order_id).unwrap_or_else(|e| panic!("{e}"));
+                    self.plain.insert(key).await;
+                }
             }
             Work::PlainInsert => {
                 let key = refund_key(&self.run, order_id).unwrap_or_else(|e| panic!("{e}"));
@@ -255,8 +275,8 @@ impl Bench {
 }
 
 /// Calls per second with `clients` tasks at once, each on its own keys:
-/// the fresh call, the store's claim and completion by hand, and the plain
-/// insert, measured in turns of [`TURN`] each, so that a change in the
+/// the fresh call, two plain inserts in a row, and one plain insert,
+/// measured in turns of [`TURN`] each, so that a change in the
 /// machine's load falls on all three alike. Each figure is kept as a row
 /// for the plots.
 fn throughput(rt: &Runtime, scratch: &Scratch) {
@@ -270,14 +290,13 @@ fn throughput(rt: &Runtime, scratch: &Scratch) {
             .unwrap_or_else(|e| panic!("cannot open the plain file: {e}")),
         provider: Provider::new(Network::Instant),
         run: bench_run(),
-        tool: ToolId::new(idempotent_benches::TOOL),
     });
     println!(
         "\nsqlite calls per second ({seconds} s per figure, in turns of {} ms):",
         TURN.as_millis()
     );
     println!(
-        "| clients | fresh call | claim + completion | plain insert | fresh ÷ insert | transactions per fresh call |"
+        "| clients | fresh call | two plain inserts | plain insert | fresh ÷ insert | transactions per fresh call |"
     );
     println!("|---|---|---|---|---|---|");
     for clients in [1u64, 4, 16] {
@@ -297,7 +316,7 @@ fn throughput(rt: &Runtime, scratch: &Scratch) {
         }
         let rate = |i: usize| done[i] as f64 / spent[i].as_secs_f64();
         for (i, work) in Work::ALL.into_iter().enumerate() {
-            if work != Work::ClaimAndCompletion {
+            if work != Work::TwoInserts {
                 results::throughput("sqlite", work.name(), clients, rate(i));
             }
         }
@@ -345,5 +364,6 @@ fn main() {
     let scratch = Scratch::new();
     latency(&mut c, &rt, &scratch);
     c.final_summary();
+    one_caller(&rt, &scratch);
     throughput(&rt, &scratch);
 }
