@@ -172,8 +172,9 @@ fn latency(c: &mut Criterion, rt: &Runtime, scratch: &Scratch) {
 /// Rounds of the one-caller comparison.
 const ROUNDS: usize = 400;
 
-/// One caller, the variants interleaved call by call: a fresh call, a plain
-/// insert, a replay and a plain select, [`ROUNDS`] times, each timed alone.
+/// One caller, the variants interleaved call by call: a fresh call and a
+/// plain insert, then a replay and a plain select, each pair in both orders
+/// by turns, [`ROUNDS`] times, each call timed alone.
 /// Medians of the four, so that the machine's load falls on them alike
 /// (criterion's figures above run each variant for seconds before the
 /// next, and drift with the load in between).
@@ -190,22 +191,34 @@ fn one_caller(rt: &Runtime, scratch: &Scratch) {
     let mut times: [Vec<Duration>; 4] = Default::default();
     rt.block_on(async {
         for round in 0..ROUNDS + ROUNDS / 8 {
-            let start = Instant::now();
-            fresh_call(&store, &provider, &run, next_order()).await;
-            let fresh = start.elapsed();
-            let start = Instant::now();
-            let key = refund_key(&run, next_order()).unwrap_or_else(|e| panic!("{e}"));
-            plain.insert(key).await;
-            let insert = start.elapsed();
-            let start = Instant::now();
-            replay(&store, &provider, &run, black_box(replayed)).await;
-            let replay = start.elapsed();
-            let start = Instant::now();
-            assert!(plain.select(black_box(selected.clone())).await);
-            let select = start.elapsed();
+            // Each pair in both orders by turns: a flush right after
+            // another costs more than one after a read.
+            let (mut fresh, mut insert) = (Duration::ZERO, Duration::ZERO);
+            for first in [round % 2 == 0, round % 2 != 0] {
+                let start = Instant::now();
+                if first {
+                    fresh_call(&store, &provider, &run, next_order()).await;
+                    fresh = start.elapsed();
+                } else {
+                    let key = refund_key(&run, next_order()).unwrap_or_else(|e| panic!("{e}"));
+                    plain.insert(key).await;
+                    insert = start.elapsed();
+                }
+            }
+            let (mut replay_took, mut select) = (Duration::ZERO, Duration::ZERO);
+            for first in [round % 2 == 0, round % 2 != 0] {
+                let start = Instant::now();
+                if first {
+                    replay(&store, &provider, &run, black_box(replayed)).await;
+                    replay_took = start.elapsed();
+                } else {
+                    assert!(plain.select(black_box(selected.clone())).await);
+                    select = start.elapsed();
+                }
+            }
             // The first rounds warm up.
             if round >= ROUNDS / 8 {
-                for (i, took) in [fresh, insert, replay, select].into_iter().enumerate() {
+                for (i, took) in [fresh, insert, replay_took, select].into_iter().enumerate() {
                     times[i].push(took);
                 }
             }
