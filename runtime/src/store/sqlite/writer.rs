@@ -70,6 +70,9 @@ pub(super) enum Step {
 }
 
 /// What a step did.
+// Moved once, through the answer's channel: boxing the row would cost an
+// allocation per claim to save a copy.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Done {
     /// The row a claim found or made, the time it ran with, and what
     /// releases the claim if this answer is dropped unread.
@@ -160,7 +163,15 @@ fn write_until_closed(
 
 /// Releases a claim the writer made if the answer that carries it is
 /// dropped unread: its caller left after the commit.
-pub(super) struct Undo(Option<(Weak<mpsc::Sender<Job>>, [u8; 32], [u8; 16], i64)>);
+pub(super) struct Undo(Option<Armed>);
+
+/// Where an [`Undo`] queues its release, and the claim it releases.
+struct Armed {
+    queue: Weak<mpsc::Sender<Job>>,
+    digest: [u8; 32],
+    owner: [u8; 16],
+    fence: i64,
+}
 
 impl Undo {
     /// The answer was read: the claim is its caller's.
@@ -171,7 +182,12 @@ impl Undo {
 
 impl Drop for Undo {
     fn drop(&mut self) {
-        if let Some((queue, digest, owner, fence)) = self.0.take()
+        if let Some(Armed {
+            queue,
+            digest,
+            owner,
+            fence,
+        }) = self.0.take()
             && let Some(queue) = queue.upgrade()
         {
             // Nobody waits for the answer. With the store gone, the lease
@@ -228,9 +244,9 @@ fn run_batch(
     for step in &mut ran {
         if let Ok(Done::Claimed(_, _, undo)) = &mut step.outcome
             && step.reply.is_closed()
-            && let Some((_, digest, owner, fence)) = undo.0.take()
+            && let Some(armed) = undo.0.take()
         {
-            let _ = release(conn, &digest, &owner, fence);
+            let _ = release(conn, &armed.digest, &armed.owner, armed.fence);
         }
     }
     if let Err(err) = execute(conn, "COMMIT") {
@@ -275,7 +291,12 @@ fn arm(step: &Step, outcome: &mut StoreResult<Done>, requeue: &Weak<mpsc::Sender
     if let (Step::Claim { digest, owner, .. }, Ok(Done::Claimed(row, _, undo))) = (step, outcome)
         && row.owned_by(owner)
     {
-        *undo = Undo(Some((requeue.clone(), *digest, *owner, row.fence_column())));
+        *undo = Undo(Some(Armed {
+            queue: requeue.clone(),
+            digest: *digest,
+            owner: *owner,
+            fence: row.fence_column(),
+        }));
     }
 }
 
