@@ -1,4 +1,6 @@
 //! What only the SQLite store does, beyond the conformance suite: calls in
-//! the action's own transaction in [`transactions`].
+//! the action's own transaction in [`transactions`], and steps coalesced
+//! into one transaction in [`batches`].
 
+pub mod batches;
 pub mod transactions;

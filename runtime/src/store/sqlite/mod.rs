@@ -3,7 +3,8 @@
 //!
 //! - `open`: the builder, the connections and their pragmas, the schema;
 //! - `sql`: the statements, as SQL;
-//! - `steps`: each step of a claim, run on the blocking pool;
+//! - `steps`: each step of a claim, on the writer or the blocking pool;
+//! - `writer`: the thread that runs the writes, coalesced;
 //! - `rows`: reading rows back;
 //! - `transaction`: a call whose completion commits in the action's own
 //!   transaction;
@@ -21,6 +22,7 @@ mod rows;
 mod sql;
 mod steps;
 mod transaction;
+mod writer;
 
 pub use open::SqliteStoreBuilder;
 pub(crate) use transaction::Ended;
@@ -62,16 +64,24 @@ pub const DEFAULT_PURGE_BATCH: usize = 1000;
 /// It needs no set-up beyond a path: [`SqliteStore::open`] creates the file
 /// and its [schema](SQLITE_SCHEMA).
 ///
-/// - **One trip per step.** A claim is one trip to SQLite. A replay is
-///   answered by a read of the completed row, which takes no write lock and
-///   costs no disk sync. Otherwise the claim is one `INSERT .. ON CONFLICT
-///   DO UPDATE .. RETURNING`: it inserts, takes over an expired row, or
-///   leaves the row as it is, and returns the row in every case, so the
-///   claim itself stays atomic. Completion, release and renewal are one
-///   statement each.
+/// - **One writer, steps coalesced.** SQLite admits one writer at a time,
+///   so claims, completions, releases and renewals all go to one writer
+///   thread with a connection of its own. The steps waiting while a write
+///   is in flight go together in the next: one `IMMEDIATE` transaction, a
+///   `SAVEPOINT` per step (a step that fails rolls back alone, and only its
+///   caller gets the error), one commit and so one flush for them all. A
+///   step that finds nothing queued runs at once. A claim is one `INSERT ..
+///   ON CONFLICT DO UPDATE .. RETURNING`: it inserts, takes over an expired
+///   row, or leaves the row as it is, and returns the row in every case, so
+///   the claim itself stays atomic; before it, a read of the completed row
+///   answers a replay without writing (a transaction of replays alone
+///   costs no flush). Completion, release and renewal are one statement
+///   each. A claim whose caller is gone is not made, or is let go.
 /// - **Several processes.** The file is in WAL mode with a busy timeout, so
-///   processes read while one writes and queue for the write lock. Every
-///   statement runs on tokio's blocking pool, never on the async runtime.
+///   processes read while one writes and queue for the write lock. No
+///   statement runs on the async runtime: waiters' looks, purges and the
+///   operator's reads run on tokio's blocking pool with a pool of
+///   connections of their own.
 /// - **Leases.** A claim carries a random owner token, a fence and a lease.
 ///   The guard renews the lease while the action runs; if the holder's
 ///   process dies, the lease runs out and the next caller takes the claim
@@ -132,13 +142,20 @@ impl SqliteStore {
         &self.inner.path
     }
 
-    /// How many trips this store has made to SQLite (each one unit of work
-    /// on the blocking pool): one per claim, completion, release, renewal and
-    /// wait poll, one per purge batch. A claim's trip runs a read, and the
-    /// upsert only when the read found no completed record. For measuring, and
-    /// for tests that count round trips.
+    /// How many steps this store has run: one per claim, completion,
+    /// release, renewal and wait poll, one per purge batch. A claim runs a
+    /// read, and the upsert only when the read found no completed record.
+    /// For measuring, and for tests that count steps.
     pub fn statements(&self) -> u64 {
         self.inner.statements.load(Ordering::Relaxed)
+    }
+
+    /// How many transactions the writer has run: claims, completions,
+    /// releases and renewals that waited together share one, and a step
+    /// that found nothing queued is one alone. For measuring how well steps
+    /// coalesce.
+    pub fn transactions(&self) -> u64 {
+        self.inner.writer.commits()
     }
 }
 

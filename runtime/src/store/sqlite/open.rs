@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use super::error::store_error;
 use super::sql;
 use super::steps::Inner;
+use super::writer::Writer;
 use super::{
     DEFAULT_BUSY_TIMEOUT, DEFAULT_POLL_FIRST, DEFAULT_POLL_MAX, DEFAULT_PURGE_BATCH, SqliteStore,
 };
@@ -129,15 +130,15 @@ impl SqliteStoreBuilder {
     /// [`StoreError::SchemaTooNew`] as above, and [`StoreError::Backend`]
     /// if the file cannot be switched to WAL.
     pub fn open(self) -> StoreResult<SqliteStore> {
+        let mut writing = connect(&self.path, self.busy_timeout, self.create)?;
+        migrate(&mut writing, self.create)?;
         let mut connections = Vec::with_capacity(self.connections);
         for _ in 0..self.connections {
             connections.push(connect(&self.path, self.busy_timeout, self.create)?);
         }
-        if let Some(first) = connections.first_mut() {
-            migrate(first, self.create)?;
-        }
         Ok(SqliteStore {
             inner: Arc::new(Inner {
+                writer: Writer::start(writing, &self.path)?,
                 pool: Pool::from(connections),
                 path: self.path,
                 statements: AtomicU64::new(0),

@@ -41,6 +41,16 @@ pub(super) fn read_returned(r: &rusqlite::Row<'_>) -> rusqlite::Result<Returned>
 }
 
 impl Returned {
+    /// Whether the row is held by (or was completed by) `owner`, as stored.
+    pub(super) fn owned_by(&self, owner: &[u8; 16]) -> bool {
+        self.owner.as_slice() == owner.as_slice()
+    }
+
+    /// The row's fence, as stored.
+    pub(super) fn fence_column(&self) -> i64 {
+        self.fence
+    }
+
     /// The claim is the caller's exactly when the row's owner is `owner`;
     /// `now` is the time the statement ran with.
     pub(super) fn found(self, owner: u128, now: i64) -> StoreResult<Found> {

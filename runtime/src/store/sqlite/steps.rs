@@ -1,4 +1,5 @@
-//! The SQLite store's steps: each one trip to the blocking pool, each
+//! The SQLite store's steps: claims, completions, releases and renewals
+//! on the writer, everything else one trip to the blocking pool; each
 //! statement atomic in SQLite.
 
 use std::path::PathBuf;
@@ -11,8 +12,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::watch;
 
 use super::error::store_error;
-use super::rows::{RawRecord, read_record, read_returned};
+use super::rows::{RawRecord, read_record};
 use super::sql;
+use super::writer::{Done, Step, Writer};
 use crate::key::Key;
 use crate::store::durable::wait::{self, Backoff, Wakeup};
 use crate::store::durable::{Backend, CompletionRow, Forgotten, Found, Holder, encode};
@@ -24,7 +26,12 @@ use crate::{
 
 /// A SQLite store's state, shared with its waiters.
 pub struct Inner {
+    /// Connections for reads, purges, forgets and the action's own
+    /// transactions.
     pub(super) pool: Pool<Connection>,
+    /// The connection every claim, completion, release and renewal runs
+    /// on, batched.
+    pub(super) writer: Writer,
     pub(super) path: PathBuf,
     pub(super) statements: AtomicU64,
     /// Bumped whenever this store completes or releases a claim, so waiters
@@ -58,6 +65,22 @@ impl Inner {
             .map_err(store_error)
     }
 
+    /// Runs a claim, completion, release or renewal on the writer, with
+    /// whatever other steps are waiting.
+    async fn write(&self, step: Step) -> StoreResult<Done> {
+        self.statements.fetch_add(1, Ordering::Relaxed);
+        self.writer.run(step).await
+    }
+
+    /// Runs a completion, release or renewal on the writer; the rows it
+    /// changed.
+    async fn changed(&self, step: Step) -> StoreResult<usize> {
+        match self.write(step).await? {
+            Done::Changed(changed) => Ok(changed),
+            Done::Claimed(..) => Err(mismatched()),
+        }
+    }
+
     pub(super) fn settle(&self) {
         self.settled.send_modify(|n| *n = n.wrapping_add(1));
     }
@@ -69,6 +92,11 @@ impl Inner {
         }
         Ok(changed as u64)
     }
+}
+
+/// The writer answered a step with another step's kind of answer.
+fn mismatched() -> StoreError {
+    StoreError::Backend("the SQLite writer answered a step with another step's answer".into())
 }
 
 /// Wakes a waiter in this process as soon as this store lets a claim go.
@@ -95,43 +123,25 @@ impl Backend for Inner {
     }
 
     async fn claim<'a>(&'a self, req: &'a ClaimRequest<'a>, owner: u128) -> StoreResult<Found> {
-        let digest = req.key.digest();
-        let key_text = req.key.clone();
-        let tool = req.tool.as_str().to_owned();
-        let fingerprint = *req.fingerprint.as_bytes();
-        let lease = encode::millis(req.lease);
-        let retention = encode::millis(req.retention);
-        let owner_bytes = encode::owner_bytes(owner);
-        let (returned, now) = self
-            .run(move |conn| {
-                let now = now_millis();
-                // A completed record stays finished until it expires, so a
-                // read may answer a replay; it takes no write lock and costs
-                // no disk sync. Anything else goes to the atomic claim.
-                let finished = conn
-                    .prepare_cached(sql::PEEK_COMPLETED)?
-                    .query_row(params![digest.as_slice(), now], read_returned)
-                    .optional()?;
-                let returned = match finished {
-                    Some(finished) => finished,
-                    None => conn.prepare_cached(sql::CLAIM)?.query_row(
-                        params![
-                            digest.as_slice(),
-                            key_text.as_str(),
-                            tool,
-                            fingerprint.as_slice(),
-                            owner_bytes.as_slice(),
-                            now,
-                            lease,
-                            retention
-                        ],
-                        read_returned,
-                    )?,
-                };
-                Ok((returned, now))
-            })
-            .await?;
-        returned.found(owner, now)
+        let step = Step::Claim {
+            digest: req.key.digest(),
+            key_text: req.key.as_str().to_owned(),
+            tool: req.tool.as_str().to_owned(),
+            fingerprint: *req.fingerprint.as_bytes(),
+            owner: encode::owner_bytes(owner),
+            lease: encode::millis(req.lease),
+            retention: encode::millis(req.retention),
+        };
+        match self.write(step).await? {
+            Done::Claimed(returned, now, mut undo) => {
+                let found = returned.found(owner, now);
+                if found.is_ok() {
+                    undo.disarm();
+                }
+                found
+            }
+            Done::Changed(_) => Err(mismatched()),
+        }
     }
 
     /// Woken at once by a completion or release in this process, and
@@ -164,37 +174,26 @@ impl Backend for Inner {
     }
 
     async fn complete(&self, holder: Holder, done: CompletionRow) -> StoreResult<u64> {
-        let Holder { digest, .. } = holder;
-        let (owner, fence) = (holder.owner_bytes(), holder.fence_column());
-        let completed_at = encode::unix_millis(done.completed_at);
-        let retention = encode::millis(done.retention);
         let changed = self
-            .run(move |conn| {
-                conn.prepare_cached(sql::COMPLETE)?.execute(params![
-                    digest.as_slice(),
-                    owner.as_slice(),
-                    fence,
-                    done.state,
-                    done.json,
-                    completed_at,
-                    now_millis(),
-                    retention
-                ])
+            .changed(Step::Complete {
+                digest: holder.digest,
+                owner: holder.owner_bytes(),
+                fence: holder.fence_column(),
+                state: done.state,
+                json: done.json,
+                completed_at: encode::unix_millis(done.completed_at),
+                retention: encode::millis(done.retention),
             })
             .await?;
         self.settle_if(changed)
     }
 
     async fn release(&self, holder: Holder) -> StoreResult<u64> {
-        let Holder { digest, .. } = holder;
-        let (owner, fence) = (holder.owner_bytes(), holder.fence_column());
         let changed = self
-            .run(move |conn| {
-                conn.prepare_cached(sql::RELEASE)?.execute(params![
-                    digest.as_slice(),
-                    owner.as_slice(),
-                    fence
-                ])
+            .changed(Step::Release {
+                digest: holder.digest,
+                owner: holder.owner_bytes(),
+                fence: holder.fence_column(),
             })
             .await?;
         self.settle_if(changed)
@@ -206,19 +205,13 @@ impl Backend for Inner {
         lease: Duration,
         retention: Duration,
     ) -> StoreResult<u64> {
-        let Holder { digest, .. } = holder;
-        let (owner, fence) = (holder.owner_bytes(), holder.fence_column());
-        let (lease, retention) = (encode::millis(lease), encode::millis(retention));
         let changed = self
-            .run(move |conn| {
-                conn.prepare_cached(sql::RENEW)?.execute(params![
-                    digest.as_slice(),
-                    owner.as_slice(),
-                    fence,
-                    now_millis(),
-                    lease,
-                    retention
-                ])
+            .changed(Step::Renew {
+                digest: holder.digest,
+                owner: holder.owner_bytes(),
+                fence: holder.fence_column(),
+                lease: encode::millis(lease),
+                retention: encode::millis(retention),
             })
             .await?;
         Ok(changed as u64)
