@@ -24,7 +24,7 @@ TARGET="$OUT/target"
 mkdir -p "$OUT"
 
 # Writes a crate named $1 whose N tools are written as $2: "plain" (no
-# guard), "attribute" (`#[idempotent]`) or "by_hand" (`idempotent_tools::Call`).
+# guard), "attribute" (`#[idempotent]`) or "by_hand" (`idempotent_tools::call::Call`).
 generate() {
   local name="$1" style="$2" dir="$OUT/$1"
   mkdir -p "$dir/src"
@@ -75,13 +75,13 @@ EOF
           echo "    Ok(usd + $i)"
           ;;
         by_hand)
-          echo "    let key = idempotent_tools::Key::builder()"
+          echo "    let key = idempotent_tools::call::Key::builder()"
           echo "        .part(\"run\", &run)?"
           echo "        .literal(\":tool_$i:\")?"
           echo "        .part(\"order_id\", &order_id)?"
           echo "        .finish()?;"
-          echo "    let fingerprint = idempotent_tools::Fingerprint::builder().arg(\"usd\", &usd)?.finish();"
-          echo "    idempotent_tools::Call::new(\"tool_$i\", key)"
+          echo "    let fingerprint = idempotent_tools::call::Fingerprint::builder().arg(\"usd\", &usd)?.finish();"
+          echo "    idempotent_tools::call::Call::new(\"tool_$i\", key)"
           echo "        .fingerprint(fingerprint)"
           echo "        .run(async move { Ok(usd + $i) })"
           echo "        .await"
