@@ -54,6 +54,18 @@ EOF
     echo "        ToolError(e)"
     echo "    }"
     echo "}"
+    echo
+    echo "impl From<idempotent_tools::call::KeyError> for ToolError {"
+    echo "    fn from(e: idempotent_tools::call::KeyError) -> ToolError {"
+    echo "        ToolError(e.into())"
+    echo "    }"
+    echo "}"
+    echo
+    echo "impl From<idempotent_tools::call::FingerprintError> for ToolError {"
+    echo "    fn from(e: idempotent_tools::call::FingerprintError) -> ToolError {"
+    echo "        ToolError(e.into())"
+    echo "    }"
+    echo "}"
     for i in $(seq 1 "$N"); do
       # Ten tools to a module, as a real crate spreads them: incremental
       # builds recompile by module.

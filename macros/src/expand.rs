@@ -183,9 +183,7 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
     } else {
         quote_spanned!(ret_span=> #at_ret::run::<#ret, _>)
     };
-    let run = quote_spanned!(ret_span=>
-        #at_ret::wrap::<#ret>(#run(#call, async move #block).await)
-    );
+    let run = quote_spanned!(ret_span=> #run(#call, async move #block).await);
     let transaction = input
         .params
         .transaction
