@@ -31,7 +31,7 @@ mod site;
 pub mod transaction;
 
 pub use method_tool::{MethodTool, type_identity};
-pub use prepare::{FingerprintArg, Piece, Vouched, note, prepare, store};
+pub use prepare::{Arg, FingerprintArg, Piece, note, prepare, store};
 pub use site::FnTool;
 
 /// The return type of a guarded tool: `Result<O, E>`, where `O` is a
@@ -139,15 +139,29 @@ pub fn separates(text: &str) -> bool {
 }
 
 /// Checks at the key string that a placeholder's value may enter a key,
-/// and hands it to [`prepare()`] as one.
-pub fn key_part<P: KeyPart>(part: &P) -> &dyn KeyPart {
-    part
+/// and hands it to [`prepare()`] as the template's piece `name`.
+pub fn key_part<'a, P: KeyPart>(name: &'static str, part: &'a P) -> Piece<'a> {
+    Piece::Part(name, part)
 }
 
 /// Checks at an argument's type that it can be fingerprinted, and hands
-/// it to [`prepare()`] as one.
-pub fn fingerprinted<T: Fingerprinted>(value: &T) -> &dyn FingerprintArg {
-    value
+/// it to [`prepare()`] as the argument `name`.
+pub fn fingerprinted<'a, T: Fingerprinted>(name: &'static str, value: &'a T) -> Arg<'a> {
+    Arg {
+        name,
+        value,
+        vouched: false,
+    }
+}
+
+/// An argument marked `#[identifier]`: the user vouches that the names under
+/// it name ids, so a field named `request_id` is part of the ask and is
+/// fingerprinted.
+pub fn vouched(arg: Arg<'_>) -> Arg<'_> {
+    Arg {
+        vouched: true,
+        ..arg
+    }
 }
 
 /// Runs the body under the guard. `call` is the prepared call, or why it
