@@ -45,7 +45,7 @@ fn a_fresh_call_with_a_key_too_long_to_keep_inline_allocates_it_too() {
     let rt = current_thread();
     let provider = Provider::new(Network::Instant);
     let store = Arc::new(MemoryStore::new());
-    // 63 bytes and more are shared behind a reference count.
+    // 39 bytes and more are shared behind a reference count.
     let run = idempotent_tools::Run::new(format!("run-{}", "7f3a".repeat(12))).expect("run");
     let counts = allocations_per_call(&rt, 10, CALLS, async |i| {
         let outcome = refund_guarded(&store, &provider, &run, 10_000 + i, 42).await;

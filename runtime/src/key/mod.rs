@@ -39,7 +39,7 @@ const PROVIDER_KEY_PREFIX: usize = PROVIDER_KEY_MAX - 2 - 64;
 /// never produce the key of another tuple. The text is stable across versions
 /// and platforms: it never goes through `std::hash` or `Debug`.
 ///
-/// Cloning a key is cheap: a key of up to 62 bytes is kept in the value
+/// Cloning a key is cheap: a key of up to 38 bytes is kept in the value
 /// itself, with no allocation of its own, and a longer one is shared behind
 /// a reference count.
 ///
@@ -59,9 +59,10 @@ const PROVIDER_KEY_PREFIX: usize = PROVIDER_KEY_MAX - 2 - 64;
 pub struct Key(Text);
 
 /// The longest key kept inline in a [`Key`], with no allocation: a run id
-/// as long as a UUID, a short literal and an order number fit. A `Key` is
-/// then 64 bytes.
-const INLINE_KEY_MAX: usize = 62;
+/// of a dozen characters, a short literal and an order number fit. A `Key`
+/// is then 40 bytes, which keeps an [`Error`](crate::Error) that carries
+/// one within 128 bytes.
+const INLINE_KEY_MAX: usize = 38;
 
 /// A key's text: inline when it is short, so that a store keeps a fresh
 /// call's key without allocating for it, and shared when it is long.
@@ -275,8 +276,8 @@ mod tests {
     }
 
     #[test]
-    fn a_key_is_one_cache_line_and_short_keys_fit_inline() {
-        assert_eq!(std::mem::size_of::<Key>(), 64);
+    fn a_key_is_40_bytes_and_short_keys_fit_inline() {
+        assert_eq!(std::mem::size_of::<Key>(), 40);
         assert!(matches!(
             key(&"k".repeat(INLINE_KEY_MAX)).0,
             Text::Inline { .. }
