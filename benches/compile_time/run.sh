@@ -24,7 +24,7 @@ TARGET="$OUT/target"
 mkdir -p "$OUT"
 
 # Writes a crate named $1 whose N tools are written as $2: "plain" (no
-# guard), "attribute" (`#[idempotent]`) or "by_hand" (`idempotent_tools::Call`).
+# guard), "attribute" (`#[idempotent]`) or "by_hand" (`idempotent_tools::call::Call`).
 generate() {
   local name="$1" style="$2" dir="$OUT/$1"
   mkdir -p "$dir/src"
@@ -54,6 +54,18 @@ EOF
     echo "        ToolError(e)"
     echo "    }"
     echo "}"
+    echo
+    echo "impl From<idempotent_tools::call::KeyError> for ToolError {"
+    echo "    fn from(e: idempotent_tools::call::KeyError) -> ToolError {"
+    echo "        ToolError(e.into())"
+    echo "    }"
+    echo "}"
+    echo
+    echo "impl From<idempotent_tools::call::FingerprintError> for ToolError {"
+    echo "    fn from(e: idempotent_tools::call::FingerprintError) -> ToolError {"
+    echo "        ToolError(e.into())"
+    echo "    }"
+    echo "}"
     for i in $(seq 1 "$N"); do
       # Ten tools to a module, as a real crate spreads them: incremental
       # builds recompile by module.
@@ -75,13 +87,13 @@ EOF
           echo "    Ok(usd + $i)"
           ;;
         by_hand)
-          echo "    let key = idempotent_tools::Key::builder()"
+          echo "    let key = idempotent_tools::call::Key::builder()"
           echo "        .part(\"run\", &run)?"
           echo "        .literal(\":tool_$i:\")?"
           echo "        .part(\"order_id\", &order_id)?"
           echo "        .finish()?;"
-          echo "    let fingerprint = idempotent_tools::Fingerprint::builder().arg(\"usd\", &usd)?.finish();"
-          echo "    idempotent_tools::Call::new(\"tool_$i\", key)"
+          echo "    let fingerprint = idempotent_tools::call::Fingerprint::builder().arg(\"usd\", &usd)?.finish();"
+          echo "    idempotent_tools::call::Call::new(\"tool_$i\", key)"
           echo "        .fingerprint(fingerprint)"
           echo "        .run(async move { Ok(usd + $i) })"
           echo "        .await"

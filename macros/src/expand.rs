@@ -147,8 +147,7 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
         PlanPart::RunScope => quote_spanned!(def=> #private::Piece::Run),
         PlanPart::Value { name, value } => {
             let private_at_key = krate.private_at(key_span);
-            let check = quote_spanned!(key_span=> #private_at_key::key_part(&#value));
-            quote_spanned!(def=> #private::Piece::Part(#name, #check))
+            quote_spanned!(key_span=> #private_at_key::key_part(#name, &#value))
         }
     });
 
@@ -162,13 +161,13 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
             let at = Span::call_site().located_at(b.type_span);
             let ident = &b.ident;
             let private = krate.private_at(at);
-            let check = quote_spanned!(at=> #private::fingerprinted(&#ident));
+            let check = quote_spanned!(at=> #private::fingerprinted(#name, &#ident));
             if b.identifier {
                 // Its fields named as call ids are ids of the user's own.
                 let private = krate.private_at(def);
-                quote_spanned!(def=> (#name, &#private::Vouched(#check)))
+                quote_spanned!(def=> #private::vouched(#check))
             } else {
-                quote_spanned!(def=> (#name, #check))
+                check
             }
         });
 
@@ -183,9 +182,7 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
     } else {
         quote_spanned!(ret_span=> #at_ret::run::<#ret, _>)
     };
-    let run = quote_spanned!(ret_span=>
-        #at_ret::wrap::<#ret>(#run(#call, async move #block).await)
-    );
+    let run = quote_spanned!(ret_span=> #run(#call, async move #block).await);
     let transaction = input
         .params
         .transaction

@@ -12,6 +12,9 @@
 //! type gets one error that teaches, at the token that caused it.
 
 use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -28,7 +31,7 @@ mod site;
 pub mod transaction;
 
 pub use method_tool::{MethodTool, type_identity};
-pub use prepare::{FingerprintArg, Piece, Vouched, note, prepare, store};
+pub use prepare::{Arg, FingerprintArg, Piece, note, prepare, store};
 pub use site::FnTool;
 
 /// The return type of a guarded tool: `Result<O, E>`, where `O` is a
@@ -136,15 +139,29 @@ pub fn separates(text: &str) -> bool {
 }
 
 /// Checks at the key string that a placeholder's value may enter a key,
-/// and hands it to [`prepare()`] as one.
-pub fn key_part<P: KeyPart>(part: &P) -> &dyn KeyPart {
-    part
+/// and hands it to [`prepare()`] as the template's piece `name`.
+pub fn key_part<'a, P: KeyPart>(name: &'static str, part: &'a P) -> Piece<'a> {
+    Piece::Part(name, part)
 }
 
 /// Checks at an argument's type that it can be fingerprinted, and hands
-/// it to [`prepare()`] as one.
-pub fn fingerprinted<T: Fingerprinted>(value: &T) -> &dyn FingerprintArg {
-    value
+/// it to [`prepare()`] as the argument `name`.
+pub fn fingerprinted<'a, T: Fingerprinted>(name: &'static str, value: &'a T) -> Arg<'a> {
+    Arg {
+        name,
+        value,
+        vouched: false,
+    }
+}
+
+/// An argument marked `#[identifier]`: the user vouches that the names under
+/// it name ids, so a field named `request_id` is part of the ask and is
+/// fingerprinted.
+pub fn vouched(arg: Arg<'_>) -> Arg<'_> {
+    Arg {
+        vouched: true,
+        ..arg
+    }
 }
 
 /// Runs the body under the guard. `call` is the prepared call, or why it
@@ -152,36 +169,64 @@ pub fn fingerprinted<T: Fingerprinted>(value: &T) -> &dyn FingerprintArg {
 /// is not run and the error is returned through the tool's error type.
 ///
 /// Naming `R` pins the body's type to `Result<R::Value, R::Error>`, so `?`
-/// and `return` in the body infer. The guard's future is returned as it is,
-/// and [`wrap`] builds the tool's return value from its output, so the
-/// tool's future holds the guard's directly, with no layer between.
-pub fn run<R, F>(
-    call: Result<Call, Error>,
-    body: F,
-) -> impl Future<Output = Result<Outcome<R::Value>, R::Error>>
+/// and `return` in the body infer. The future resolves to the tool's own
+/// return type, so a tool awaits one call and checks no conversion of its
+/// own: what each tool makes the compiler check is this signature.
+pub fn run<R, F>(call: Result<Call, Error>, body: F) -> impl Future<Output = R>
 where
     R: GuardedReturn,
     F: Future<Output = Result<R::Value, R::Error>>,
 {
-    guard::drive(call, body, None)
+    Returning::<_, R>::new(guard::drive(call, body, None))
 }
 
 /// [`run`] with final errors recorded (`record_errors`).
-pub fn run_recording_errors<R, F>(
-    call: Result<Call, Error>,
-    body: F,
-) -> impl Future<Output = Result<Outcome<R::Value>, R::Error>>
+pub fn run_recording_errors<R, F>(call: Result<Call, Error>, body: F) -> impl Future<Output = R>
 where
     R: GuardedReturn,
     R::Error: RecordableError,
     F: Future<Output = Result<R::Value, R::Error>>,
 {
-    guard::drive(call, body, Some(guard::ErrorCodec::recording()))
+    Returning::<_, R>::new(guard::drive(
+        call,
+        body,
+        Some(guard::ErrorCodec::recording()),
+    ))
 }
 
 /// Wraps the guard's outcome in the tool's return type.
 pub fn wrap<R: GuardedReturn>(result: Result<Outcome<R::Value>, R::Error>) -> R {
     R::from_result(result.map(ToolOutput::from_outcome))
+}
+
+pin_project_lite::pin_project! {
+    /// The guard's future, resolving to the tool's return type `R`.
+    struct Returning<G, R> {
+        #[pin]
+        guarded: G,
+        returns: PhantomData<fn() -> R>,
+    }
+}
+
+impl<G, R> Returning<G, R> {
+    fn new(guarded: G) -> Returning<G, R> {
+        Returning {
+            guarded,
+            returns: PhantomData,
+        }
+    }
+}
+
+impl<G, R> Future for Returning<G, R>
+where
+    G: Future<Output = Result<Outcome<R::Value>, R::Error>>,
+    R: GuardedReturn,
+{
+    type Output = R;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<R> {
+        self.project().guarded.poll(cx).map(wrap::<R>)
+    }
 }
 
 /// Stands in for [`run`] next to the `compile_error!`s of an attribute that

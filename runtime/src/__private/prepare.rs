@@ -52,23 +52,14 @@ impl<T: Serialize + ?Sized> FingerprintArg for T {
     }
 }
 
-/// An argument marked `#[identifier]`: the user vouches that the names under
-/// it name ids, so a field named `request_id` is part of the ask and is
-/// fingerprinted.
-pub struct Vouched<'a>(pub &'a dyn FingerprintArg);
-
-impl FingerprintArg for Vouched<'_> {
-    fn add_to(&self, name: &str, fingerprint: &mut FingerprintBuilder) -> Result<(), Error> {
-        self.0.add_vouched_to(name, fingerprint)
-    }
-
-    fn add_vouched_to(
-        &self,
-        name: &str,
-        fingerprint: &mut FingerprintBuilder,
-    ) -> Result<(), Error> {
-        self.0.add_vouched_to(name, fingerprint)
-    }
+/// A fingerprinted argument, as [`fingerprinted`](super::fingerprinted)
+/// hands it to [`prepare()`].
+#[derive(Clone, Copy)]
+pub struct Arg<'a> {
+    pub(super) name: &'static str,
+    pub(super) value: &'a dyn FingerprintArg,
+    /// Marked `#[identifier]`: the names under it are vouched for as ids.
+    pub(super) vouched: bool,
 }
 
 /// Prepares the call of a guarded tool: its key rendered from `key` into a
@@ -84,7 +75,7 @@ impl FingerprintArg for Vouched<'_> {
 pub fn prepare(
     tool: &'static str,
     key: &[Piece<'_>],
-    args: &[(&'static str, &dyn FingerprintArg)],
+    args: &[Arg<'_>],
     policy: &'static Policy,
     store: Option<Arc<dyn Store>>,
 ) -> Result<Call, Error> {
@@ -100,8 +91,12 @@ pub fn prepare(
         [] => Fingerprint::EMPTY,
         args => {
             let mut fingerprint = Fingerprint::builder();
-            for (name, value) in args {
-                value.add_to(name, &mut fingerprint)?;
+            for arg in args {
+                if arg.vouched {
+                    arg.value.add_vouched_to(arg.name, &mut fingerprint)?;
+                } else {
+                    arg.value.add_to(arg.name, &mut fingerprint)?;
+                }
             }
             fingerprint.finish()
         }

@@ -247,6 +247,10 @@ impl Call {
 }
 
 /// How a call's claim went: known at once, or after a wait or I/O.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "returned once per call and taken apart at once; boxing `Now` would allocate on every call"
+)]
 pub(super) enum Begin {
     Now(Begun),
     Later(Pin<Box<dyn Future<Output = Begun> + Send>>),

@@ -1,7 +1,6 @@
 //! Rendering a key from a template's literals and parts.
 
 use std::cell::Cell;
-use std::sync::Arc;
 
 use super::part::{KeyPart, KeyPartWriter, separates};
 use super::pending::PendingKey;
@@ -128,7 +127,7 @@ impl KeyBuilder {
         if self.parts == 0 {
             return Err(KeyError::NoParts);
         }
-        Ok(Key(Arc::from(self.buf.as_str())))
+        Ok(Key::from_checked(&self.buf))
     }
 
     /// Finishes the key as text, in the buffer it was rendered in: the key
