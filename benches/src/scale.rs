@@ -40,7 +40,7 @@ pub fn key_prefix(run: &Run) -> String {
 
 /// Whether filled record `n` is a held claim.
 pub fn is_held(n: u64, expiry: Expiry) -> bool {
-    expiry == Expiry::Live && n % 100 == 0
+    expiry == Expiry::Live && n.is_multiple_of(100)
 }
 
 /// The refund result recorded for order `n`, as JSON.

@@ -302,7 +302,8 @@ fn records_label(records: f64) -> String {
 
 fn purge(results: &Path, plots: &Path) -> Result<Vec<PathBuf>> {
     // store -> phase -> (medians, p99s) over runs
-    let mut data: BTreeMap<String, BTreeMap<String, (Vec<f64>, Vec<f64>)>> = BTreeMap::new();
+    type Phases = BTreeMap<String, (Vec<f64>, Vec<f64>)>;
+    let mut data: BTreeMap<String, Phases> = BTreeMap::new();
     for row in read_csv(&results.join("purge.csv"))? {
         let entry = data
             .entry(text(&row, "store")?.to_owned())
