@@ -1,7 +1,8 @@
 //! Purging under traffic: the latency of whole fresh calls from 8 clients
-//! at once (median and p99), without a purge and while
-//! `Records::purge_expired` (the path the `Purger` and the CLI's `purge`
-//! both take) removes a million expired records in batches.
+//! at once (median and p99), without a purge and while a purge removes a
+//! million expired records in batches: `Purger::purge_now`, the purge a
+//! `Purger` runs, which with no pause is `Records::purge_expired`, the
+//! CLI's `purge`.
 //!
 //! ```sh
 //! BENCH_RUN=1 cargo bench -p idempotent-benches --features sqlite,postgres --bench purge
@@ -12,9 +13,11 @@
 //! temporary folder by default), and drops them at the end.
 //! `PURGE_STORES` (default `sqlite,postgres`), `PURGE_RECORDS` (default
 //! 1000000), `PURGE_SECONDS` (how long the calls run without a purge,
-//! default 10), `PURGE_CLIENTS` (default 8) and `PURGE_BATCH` (rows per
-//! purge statement, the stores' default otherwise) change a run. Figures go
-//! to `benches/results/purge.csv`.
+//! default 10), `PURGE_CLIENTS` (default 8), `PURGE_BATCH` (rows per
+//! purge statement, the stores' default otherwise) and `PURGE_PAUSE_MS`
+//! (the purger's pause between batches, default 0) change a run. Figures
+//! go to `benches/results/purge.csv`, under the store's name with
+//! ` paced` added when the pause is not zero.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +26,11 @@ use std::time::{Duration, Instant};
 use idempotent_benches::durable::{self, fresh_call, next_order};
 use idempotent_benches::scale::{self, Expiry};
 use idempotent_benches::{Network, Provider, bench_run, multi_thread, results};
-use idempotent_tools::{PostgresStore, SqliteStore, records::Records, store::Store};
+use idempotent_tools::{
+    PostgresStore, SqliteStore,
+    records::{Purger, Records},
+    store::Store,
+};
 use tokio::runtime::Runtime;
 
 fn env_u64(var: &str, default: u64) -> u64 {
@@ -69,7 +76,13 @@ async fn calls<S: Store>(store: &Arc<S>, clients: u64, stop: Arc<AtomicBool>) ->
 
 /// Measures `store`'s calls without a purge, then during one, and keeps
 /// both.
-fn measure<S: Store + Records>(rt: &Runtime, name: &str, store: Arc<S>) {
+fn measure<S: Store + Records>(rt: &Runtime, store_name: &str, store: Arc<S>) {
+    let name = if env_u64("PURGE_PAUSE_MS", 0) == 0 {
+        store_name.to_owned()
+    } else {
+        format!("{store_name} paced")
+    };
+    let name = name.as_str();
     let clients = env_u64("PURGE_CLIENTS", 8);
     let seconds = env_u64("PURGE_SECONDS", 10);
     rt.block_on(async {
@@ -88,8 +101,8 @@ fn measure<S: Store + Records>(rt: &Runtime, name: &str, store: Arc<S>) {
             async move { calls(&store, clients, stop).await }
         });
         let start = Instant::now();
-        let purged = store
-            .purge_expired()
+        let pause = Duration::from_millis(env_u64("PURGE_PAUSE_MS", 0));
+        let purged = Purger::purge_now(&*store, pause)
             .await
             .unwrap_or_else(|e| panic!("the purge failed: {e}"));
         let took = start.elapsed();
