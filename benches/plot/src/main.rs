@@ -246,7 +246,7 @@ fn size(results: &Path, plots: &Path) -> Result<Vec<PathBuf>> {
             .y_label_area_size(60)
             .build_cartesian_2d(
                 (lo_r / 3.0..hi_r * 3.0).log_scale(),
-                (lo_t..hi_t * 2.0).log_scale(),
+                (lo_t..hi_t * 8.0).log_scale(),
             )?;
         chart
             .configure_mesh()
@@ -349,6 +349,7 @@ fn purge(results: &Path, plots: &Path) -> Result<Vec<PathBuf>> {
         chart
             .configure_mesh()
             .disable_x_mesh()
+            .light_line_style(WHITE)
             .x_labels(bars.len())
             .x_label_formatter(&|x| {
                 let i = x.round();
