@@ -84,7 +84,7 @@ impl Records for Counting {
         batches.push(Instant::now());
         StoreFuture::ready(Ok(PurgedBatch {
             removed: 1000,
-            more: batches.len() % 3 != 0,
+            more: !batches.len().is_multiple_of(3),
         }))
     }
     fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
