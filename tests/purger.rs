@@ -10,7 +10,7 @@ use idempotent_tools::records::{Purger, PurgerError};
 use idempotent_tools::{
     MemoryStore,
     call::Key,
-    records::{Forget, Record, RecordCount, RecordPage, RecordQuery, Records},
+    records::{Forget, PurgedBatch, Record, RecordCount, RecordPage, RecordQuery, Records},
     store::{
         Claim, ClaimAnswer, ClaimRequest, Completion, Store, StoreError, StoreFuture, StoreResult,
     },
@@ -26,6 +26,8 @@ struct Counting {
     inner: MemoryStore,
     purges: watch::Sender<u64>,
     failing: std::sync::atomic::AtomicBool,
+    /// When each batch was asked for; the first two are full.
+    batches: Mutex<Vec<Instant>>,
 }
 
 impl Counting {
@@ -34,6 +36,7 @@ impl Counting {
             inner: MemoryStore::new(),
             purges: watch::Sender::new(0),
             failing: std::sync::atomic::AtomicBool::new(false),
+            batches: Mutex::new(Vec::new()),
         })
     }
 
@@ -76,6 +79,14 @@ impl Records for Counting {
         }
         self.inner.purge_expired()
     }
+    fn purge_expired_batch(&self) -> StoreFuture<'_, StoreResult<PurgedBatch>> {
+        let mut batches = self.batches.lock().expect("not poisoned");
+        batches.push(Instant::now());
+        StoreFuture::ready(Ok(PurgedBatch {
+            removed: 1000,
+            more: !batches.len().is_multiple_of(3),
+        }))
+    }
     fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
         self.inner.forget_with(key, how)
     }
@@ -106,6 +117,34 @@ async fn settle() {
     for _ in 0..10 {
         tokio::task::yield_now().await;
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paced_purge_waits_its_pause_between_full_batches_and_stops_at_a_short_one() {
+    let store = Counting::new();
+    let start = Instant::now();
+    let pause = Duration::from_millis(50);
+    let removed = Purger::purge_now(&*store, pause).await.expect("purged");
+    assert_eq!(removed, 3000, "three batches of 1,000");
+    let batches = store.batches.lock().expect("not poisoned").clone();
+    let offsets: Vec<Duration> = batches.iter().map(|at| *at - start).collect();
+    assert_eq!(offsets, [Duration::ZERO, pause, pause * 2]);
+    assert_eq!(
+        store.purges(),
+        0,
+        "paced, the whole purge is never asked for"
+    );
+
+    let purger = Purger::start_paced(store.clone(), Duration::from_secs(60), pause).expect("start");
+    assert_eq!(purger.pause(), pause);
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    settle().await;
+    let batches = store.batches.lock().expect("not poisoned").len();
+    assert_eq!(
+        batches, 9,
+        "a purge at once and one a minute later, three batches each"
+    );
+    purger.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -251,6 +290,19 @@ fn a_zero_interval_or_no_runtime_is_refused_with_what_to_do() {
 #[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_sqlite_file_expired_records_go_and_a_held_claim_stays() {
+    expired_records_go_and_a_held_claim_stays(1000, Duration::ZERO).await;
+}
+
+/// The same with batches of one row and a pause between them: every batch
+/// goes, one by one.
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paced_in_batches_of_one_expired_records_go_and_a_held_claim_stays() {
+    expired_records_go_and_a_held_claim_stays(1, Duration::from_millis(1)).await;
+}
+
+#[cfg(feature = "sqlite")]
+async fn expired_records_go_and_a_held_claim_stays(batch: usize, pause: Duration) {
     every_event_is_wanted();
     use idempotent_tools::{
         SqliteStore,
@@ -262,7 +314,12 @@ async fn on_a_sqlite_file_expired_records_go_and_a_held_claim_stays() {
 
     static TOOL: ToolId = ToolId::new("shop::refund_order");
     let dir = tempfile::tempdir().expect("dir");
-    let store = Arc::new(SqliteStore::open(dir.path().join("claims.db")).expect("open"));
+    let store = Arc::new(
+        SqliteStore::builder(dir.path().join("claims.db"))
+            .purge_batch(batch)
+            .open()
+            .expect("open"),
+    );
     let request = |key: &'static Key, retention: Duration| ClaimRequest {
         key,
         tool: &TOOL,
@@ -300,7 +357,8 @@ async fn on_a_sqlite_file_expired_records_go_and_a_held_claim_stays() {
     };
     assert_eq!(total(store.count().await.expect("count")), (4, 1));
 
-    let purger = Purger::start(store.clone(), Duration::from_millis(20)).expect("start");
+    let purger =
+        Purger::start_paced(store.clone(), Duration::from_millis(20), pause).expect("start");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let (all, held) = total(store.count().await.expect("count"));

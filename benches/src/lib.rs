@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 pub mod durable;
 pub mod peers;
 pub mod results;
+pub mod scale;
 
 /// The tool id the by-hand guard records.
 pub const TOOL: &str = "benches::refund";

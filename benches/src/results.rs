@@ -9,6 +9,7 @@
 //! | `throughput.csv` | `store,series,clients,run,per_second` |
 //! | `size.csv` | `store,records,step,run,median_us,p99_us` |
 //! | `purge.csv` | `store,phase,run,median_us,p99_us` |
+//! | `memory.csv` | `records,run,bytes_per_record` (the memory store's size, from `--bench size`) |
 
 use std::fs::OpenOptions;
 use std::io::Write as _;

@@ -9,6 +9,6 @@
 
 pub use crate::store::purger::{Purger, PurgerError};
 pub use crate::store::records::{
-    DEFAULT_PAGE, Forget, MAX_PAGE, Record, RecordCount, RecordPage, RecordQuery, RecordState,
-    Records,
+    DEFAULT_PAGE, Forget, MAX_PAGE, PurgedBatch, Record, RecordCount, RecordPage, RecordQuery,
+    RecordState, Records,
 };

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
-use super::Records;
+use super::{Records, StoreResult};
 
 /// Why a [`Purger`] could not start.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +34,13 @@ pub enum PurgerError {
 /// runs at its turn; one that succeeds is a `debug` event with how many
 /// records it removed.
 ///
+/// A purge deletes in batches (the store's `purge_batch`, 1,000 rows by
+/// default), each its own statement, so calls get in between; it is the
+/// same [`Records::purge_expired`] the command-line tool's `purge` runs.
+/// Where calls must not feel a large purge at all (SQLite, whose writers
+/// take turns on one lock), [`Purger::start_paced`] waits a pause between
+/// batches.
+///
 /// The durable stores (`SqliteStore`, `PostgresStore`) purge only when
 /// asked;
 /// run one purger per store in each service that writes to it (several
@@ -58,6 +65,7 @@ pub struct Purger {
     /// Taken out by [`Purger::stop`].
     task: Option<JoinHandle<()>>,
     every: Duration,
+    pause: Duration,
 }
 
 impl Purger {
@@ -65,20 +73,65 @@ impl Purger {
     /// any store that offers the operator's calls ([`Records`]), passed as
     /// an `Arc` of it.
     pub fn start(store: Arc<dyn Records>, every: Duration) -> Result<Purger, PurgerError> {
+        Purger::start_paced(store, every, Duration::ZERO)
+    }
+
+    /// As [`Purger::start`], waiting `pause` after each full batch before
+    /// the next ([`Records::purge_expired_batch`]), so a purge of many
+    /// records takes longer and calls meet fewer batches in their way. A
+    /// zero pause purges as [`Purger::start`] does.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use idempotent_tools::MemoryStore;
+    /// # use idempotent_tools::records::Purger;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = Arc::new(MemoryStore::new());
+    /// let purger = Purger::start_paced(store, Duration::from_secs(3600), Duration::from_millis(20))?;
+    /// assert_eq!(purger.pause(), Duration::from_millis(20));
+    /// # purger.stop().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn start_paced(
+        store: Arc<dyn Records>,
+        every: Duration,
+        pause: Duration,
+    ) -> Result<Purger, PurgerError> {
         if every.is_zero() {
             return Err(PurgerError::ZeroInterval);
         }
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| PurgerError::NoRuntime)?;
-        let task = runtime.spawn(purge_every(store, every));
+        let task = runtime.spawn(purge_every(store, every, pause));
         Ok(Purger {
             task: Some(task),
             every,
+            pause,
         })
+    }
+
+    /// One purge as a purger with `pause` runs it, awaited here rather
+    /// than on an interval: [`Records::purge_expired`] for a zero pause,
+    /// else its batches one by one with the pause between them. Returns how
+    /// many records were removed.
+    ///
+    /// # Errors
+    ///
+    /// As [`Records::purge_expired`]; batches already removed stay removed.
+    pub async fn purge_now(store: &dyn Records, pause: Duration) -> StoreResult<u64> {
+        purge_once(store, pause).await
     }
 
     /// The interval between purges.
     pub fn every(&self) -> Duration {
         self.every
+    }
+
+    /// The pause between a purge's batches (zero unless started with
+    /// [`Purger::start_paced`]).
+    pub fn pause(&self) -> Duration {
+        self.pause
     }
 
     /// Stops the purger and waits until it has: no purge starts after this
@@ -105,6 +158,7 @@ impl fmt::Debug for Purger {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Purger")
             .field("every", &self.every)
+            .field("pause", &self.pause)
             .field(
                 "running",
                 &self.task.as_ref().is_some_and(|t| !t.is_finished()),
@@ -113,12 +167,29 @@ impl fmt::Debug for Purger {
     }
 }
 
-async fn purge_every(store: Arc<dyn Records>, every: Duration) {
+/// One purge: [`Records::purge_expired`], or with a pause its batches one
+/// by one.
+async fn purge_once(store: &dyn Records, pause: Duration) -> StoreResult<u64> {
+    if pause.is_zero() {
+        return store.purge_expired().await;
+    }
+    let mut total = 0;
+    loop {
+        let batch = store.purge_expired_batch().await?;
+        total += batch.removed;
+        if !batch.more {
+            return Ok(total);
+        }
+        tokio::time::sleep(pause).await;
+    }
+}
+
+async fn purge_every(store: Arc<dyn Records>, every: Duration, pause: Duration) {
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        match store.purge_expired().await {
+        match purge_once(&*store, pause).await {
             Ok(purged) => tracing::debug!(
                 target: crate::TARGET,
                 store = store.kind(),

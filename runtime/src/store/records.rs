@@ -16,6 +16,15 @@ use crate::key::Key;
 use crate::store::record::RecordValue;
 use crate::tool::ToolId;
 
+/// What one call of [`Records::purge_expired_batch`] removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PurgedBatch {
+    /// How many records the batch removed.
+    pub removed: u64,
+    /// Whether the batch was full, so more expired records may be left.
+    pub more: bool,
+}
+
 /// The most records one page holds, whatever a query asks for.
 pub const MAX_PAGE: usize = 1000;
 
@@ -57,6 +66,30 @@ pub trait Records: Store {
     /// Cancel safe: each batch is removed whole or not at all, and the next
     /// purge picks up what is left.
     fn purge_expired(&self) -> StoreFuture<'_, StoreResult<u64>>;
+
+    /// Removes one batch of expired records: the step
+    /// [`Records::purge_expired`] repeats until nothing is left, for a
+    /// caller that paces the batches itself (a
+    /// [`Purger`](crate::records::Purger) with a pause). The durable
+    /// stores delete at most their purge batch (`purge_batch` on their
+    /// builders) per call; by default the whole purge is one batch.
+    ///
+    /// # Errors
+    ///
+    /// As [`Records::purge_expired`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the batch is removed whole or not at all.
+    fn purge_expired_batch(&self) -> StoreFuture<'_, StoreResult<PurgedBatch>> {
+        StoreFuture::boxed(async move {
+            let removed = self.purge_expired().await?;
+            Ok(PurgedBatch {
+                removed,
+                more: false,
+            })
+        })
+    }
 
     /// Removes what is recorded under a key, so the action may run again:
     /// for operators resolving an unknown outcome or a crashed holder.

@@ -9,7 +9,7 @@ use super::{Backend, CompletionRow, Durable, Holder, encode};
 use crate::key::Key;
 use crate::store::record::Completion;
 use crate::{
-    store::records::{Forget, Record, RecordCount, RecordPage, RecordQuery, Records},
+    store::records::{Forget, PurgedBatch, Record, RecordCount, RecordPage, RecordQuery, Records},
     store::{Claim, ClaimAnswer, ClaimRequest, Store, StoreError, StoreFuture, StoreResult},
 };
 
@@ -78,6 +78,18 @@ impl<D: Durable> Records for D {
                     return Ok(total);
                 }
             }
+        })
+    }
+
+    fn purge_expired_batch(&self) -> StoreFuture<'_, StoreResult<PurgedBatch>> {
+        let backend = self.backend();
+        StoreFuture::boxed(async move {
+            let batch = backend.purge_batch() as u64;
+            let removed = backend.purge_some().await?;
+            Ok(PurgedBatch {
+                removed,
+                more: removed >= batch,
+            })
         })
     }
 
