@@ -2,7 +2,7 @@
 //! beside the floors of one plain `SET NX PX` and one plain `GET` on the same
 //! server; the round trips each step makes; claims and fresh calls per
 //! second with several clients, against `redis-benchmark -t set` measured in
-//! the same run, coalesced (the default) and not; and what `WAIT 0` adds to
+//! the same run, not coalesced (the default) and coalesced; and what `WAIT 0` adds to
 //! a fresh call. The throughput rows are kept in `benches/results/`.
 //!
 //! ```sh
@@ -158,7 +158,7 @@ fn redis_benchmark(clients: u64, seconds: u64) -> Option<f64> {
         .and_then(|rps| rps.trim_matches('"').parse().ok())
 }
 
-fn throughput(rt: &Runtime, store: &Arc<RedisStore>, uncoalesced: &Arc<RedisStore>) {
+fn throughput(rt: &Runtime, store: &Arc<RedisStore>, coalesced: &Arc<RedisStore>) {
     let Some(seconds) = durable::throughput_seconds() else {
         return;
     };
@@ -170,14 +170,14 @@ fn throughput(rt: &Runtime, store: &Arc<RedisStore>, uncoalesced: &Arc<RedisStor
     println!();
     println!(
         "| clients | redis-benchmark SET/s | claims/s | ÷ SET | fresh calls/s | ÷ SET \
-         | uncoalesced fresh calls/s | ÷ SET |"
+         | coalesced fresh calls/s | ÷ SET |"
     );
     println!("|---|---|---|---|---|---|---|---|");
     for clients in CLIENTS {
         let sets = redis_benchmark(clients, seconds);
         let claims = durable::rate(rt, store, clients, Work::Claim, for_how_long);
         let calls = durable::rate(rt, store, clients, Work::FreshCall, for_how_long);
-        let alone = durable::rate(rt, uncoalesced, clients, Work::FreshCall, for_how_long);
+        let together = durable::rate(rt, coalesced, clients, Work::FreshCall, for_how_long);
         if let Some(sets) = sets {
             results::throughput("redis", "redis-benchmark set", clients, sets);
         }
@@ -185,11 +185,11 @@ fn throughput(rt: &Runtime, store: &Arc<RedisStore>, uncoalesced: &Arc<RedisStor
         results::throughput("redis", "fresh call", clients, calls);
         let ratio = |x: f64| sets.map_or("n/a".to_owned(), |s| format!("{:.2}", x / s));
         println!(
-            "| {clients} | {} | {claims:.0} | {} | {calls:.0} | {} | {alone:.0} | {} |",
+            "| {clients} | {} | {claims:.0} | {} | {calls:.0} | {} | {together:.0} | {} |",
             sets.map_or("n/a".to_owned(), |s| format!("{s:.0}")),
             ratio(claims),
             ratio(calls),
-            ratio(alone),
+            ratio(together),
         );
     }
     println!();
@@ -231,9 +231,9 @@ fn main() {
             .wait_for_replicas(0, Duration::from_millis(100))
             .connect()
             .await?;
-        let uncoalesced = RedisStore::builder(url.as_str())
+        let coalesced = RedisStore::builder(url.as_str())
             .prefix(PREFIX)
-            .coalesce(false)
+            .coalesce(true)
             .connect()
             .await?;
         let plain = redis::Client::open(url.as_str())
@@ -244,11 +244,11 @@ fn main() {
         Ok::<_, idempotent_tools::store::StoreError>((
             Arc::new(store),
             Arc::new(waiting),
-            Arc::new(uncoalesced),
+            Arc::new(coalesced),
             plain,
         ))
     });
-    let (store, waiting, uncoalesced, mut plain) = match connected {
+    let (store, waiting, coalesced, mut plain) = match connected {
         Ok(connected) => connected,
         Err(e) => {
             println!("redis benchmarks skipped: no server at {url}: {e}");
@@ -257,7 +257,7 @@ fn main() {
     };
 
     latency(&mut c, &rt, &store, &waiting, &plain);
-    throughput(&rt, &store, &uncoalesced);
+    throughput(&rt, &store, &coalesced);
     c.final_summary();
 
     if let Err(e) = rt.block_on(clean(&mut plain)) {

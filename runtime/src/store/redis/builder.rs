@@ -64,10 +64,7 @@ impl RedisStoreBuilder {
             replicas: None,
             connections: 1,
             reconnect_within: DEFAULT_RECONNECT_WITHIN,
-            coalesce: Some(Limits {
-                batch: DEFAULT_COALESCE_BATCH,
-                in_flight: DEFAULT_COALESCE_IN_FLIGHT,
-            }),
+            coalesce: None,
         }
     }
 
@@ -117,8 +114,15 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Whether claims and completions are coalesced (on by default; never
+    /// Whether claims and completions are coalesced (off by default; never
     /// on a Cluster, where one pipeline's keys would span nodes).
+    ///
+    /// The one multiplexed connection already pipelines the steps of
+    /// concurrent callers on its socket, so coalescing saves no server
+    /// work; what it saves is a `WAIT` per step under
+    /// [`wait_for_replicas`](Self::wait_for_replicas), where one `WAIT`
+    /// follows each pipeline. Without `WAIT` it costs a task and a channel
+    /// per step: BENCHMARKS.md section 8 measures it slower.
     ///
     /// On, a claim or completion that finds fewer than
     /// [`coalesce_in_flight`](Self::coalesce_in_flight) pipelines on the
