@@ -2,7 +2,8 @@
 //! beside the floors of one plain `SET NX PX` and one plain `GET` on the same
 //! server; the round trips each step makes; claims and fresh calls per
 //! second with several clients, against `redis-benchmark -t set` measured in
-//! the same run; and what `WAIT 0` adds to a fresh call.
+//! the same run, not coalesced (the default) and coalesced; and what `WAIT 0` adds to
+//! a fresh call. The throughput rows are kept in `benches/results/`.
 //!
 //! ```sh
 //! cargo bench -p idempotent-benches --features redis --bench redis -- --warm-up-time 1 --measurement-time 3
@@ -22,7 +23,7 @@ use criterion::Criterion;
 use idempotent_benches::durable::{
     self, Client, ClientWork, backend, fresh_call, next_order, replay, timed, unavailable,
 };
-use idempotent_benches::{Network, Provider, bench_run, multi_thread};
+use idempotent_benches::{Network, Provider, bench_run, multi_thread, results};
 use idempotent_tools::RedisStore;
 use idempotent_tools::store::redis::redis;
 use tokio::runtime::Runtime;
@@ -157,7 +158,7 @@ fn redis_benchmark(clients: u64, seconds: u64) -> Option<f64> {
         .and_then(|rps| rps.trim_matches('"').parse().ok())
 }
 
-fn throughput(rt: &Runtime, store: &Arc<RedisStore>) {
+fn throughput(rt: &Runtime, store: &Arc<RedisStore>, coalesced: &Arc<RedisStore>) {
     let Some(seconds) = durable::throughput_seconds() else {
         return;
     };
@@ -167,18 +168,28 @@ fn throughput(rt: &Runtime, store: &Arc<RedisStore>) {
         "Redis throughput, {seconds} s per point, redis-benchmark -t set measured just before:"
     );
     println!();
-    println!("| clients | redis-benchmark SET/s | claims/s | ÷ SET | fresh calls/s | ÷ SET |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "| clients | redis-benchmark SET/s | claims/s | ÷ SET | fresh calls/s | ÷ SET \
+         | coalesced fresh calls/s | ÷ SET |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
     for clients in CLIENTS {
         let sets = redis_benchmark(clients, seconds);
         let claims = durable::rate(rt, store, clients, Work::Claim, for_how_long);
         let calls = durable::rate(rt, store, clients, Work::FreshCall, for_how_long);
+        let together = durable::rate(rt, coalesced, clients, Work::FreshCall, for_how_long);
+        if let Some(sets) = sets {
+            results::throughput("redis", "redis-benchmark set", clients, sets);
+        }
+        results::throughput("redis", "claim", clients, claims);
+        results::throughput("redis", "fresh call", clients, calls);
         let ratio = |x: f64| sets.map_or("n/a".to_owned(), |s| format!("{:.2}", x / s));
         println!(
-            "| {clients} | {} | {claims:.0} | {} | {calls:.0} | {} |",
+            "| {clients} | {} | {claims:.0} | {} | {calls:.0} | {} | {together:.0} | {} |",
             sets.map_or("n/a".to_owned(), |s| format!("{s:.0}")),
             ratio(claims),
             ratio(calls),
+            ratio(together),
         );
     }
     println!();
@@ -220,14 +231,24 @@ fn main() {
             .wait_for_replicas(0, Duration::from_millis(100))
             .connect()
             .await?;
+        let coalesced = RedisStore::builder(url.as_str())
+            .prefix(PREFIX)
+            .coalesce(true)
+            .connect()
+            .await?;
         let plain = redis::Client::open(url.as_str())
             .map_err(backend)?
             .get_multiplexed_async_connection()
             .await
             .map_err(unavailable)?;
-        Ok::<_, idempotent_tools::store::StoreError>((Arc::new(store), Arc::new(waiting), plain))
+        Ok::<_, idempotent_tools::store::StoreError>((
+            Arc::new(store),
+            Arc::new(waiting),
+            Arc::new(coalesced),
+            plain,
+        ))
     });
-    let (store, waiting, mut plain) = match connected {
+    let (store, waiting, coalesced, mut plain) = match connected {
         Ok(connected) => connected,
         Err(e) => {
             println!("redis benchmarks skipped: no server at {url}: {e}");
@@ -236,7 +257,7 @@ fn main() {
     };
 
     latency(&mut c, &rt, &store, &waiting, &plain);
-    throughput(&rt, &store);
+    throughput(&rt, &store, &coalesced);
     c.final_summary();
 
     if let Err(e) = rt.block_on(clean(&mut plain)) {

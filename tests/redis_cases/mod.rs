@@ -20,6 +20,7 @@ use idempotent_tools_testing::conformance::kit::{
     refund_key, refunds, request,
 };
 
+mod batch;
 pub mod restart;
 mod wire;
 
@@ -40,6 +41,10 @@ pub fn trials() -> Vec<Trial> {
         measured_latency_of_a_guarded_call_on_the_local_server,
         a_record_in_the_former_layout_replays_and_reads_in_todays_words,
         a_claim_the_server_refuses_is_a_backend_error_and_nothing_runs,
+        batch::each_caller_in_a_coalesced_pipeline_gets_its_own_answer,
+        batch::many_guarded_calls_coalesced_act_once_per_key,
+        batch::a_script_that_fails_for_one_caller_fails_only_that_caller,
+        batch::a_caller_dropped_while_queued_or_on_the_wire_leaves_no_claim,
     );
     trials.extend(crate::trials!(always;
         an_unreachable_server_is_unavailable_and_prints_each_cause_once,

@@ -82,7 +82,10 @@ pub mod postgres {
 /// [`RedisStore`](crate::RedisStore).
 #[cfg(feature = "redis")]
 pub mod redis {
-    pub use super::redis_store::{DEFAULT_PREFIX, RECHECK_EVERY, RedisStoreBuilder, redis};
+    pub use super::redis_store::{
+        DEFAULT_COALESCE_BATCH, DEFAULT_COALESCE_IN_FLIGHT, DEFAULT_PREFIX, RECHECK_EVERY,
+        RedisStoreBuilder, redis,
+    };
 }
 
 use std::any::Any;

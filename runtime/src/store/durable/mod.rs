@@ -54,7 +54,7 @@ use crate::{
     store::{Claim, ClaimRequest, StoreResult, Wait},
 };
 
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "redis"))]
 pub(crate) mod coalesce;
 pub(crate) mod encode;
 mod forward;

@@ -12,7 +12,10 @@ use super::connection::{Cluster, Connection};
 use super::error::redis_error;
 use super::listener::{Listener, Nodes};
 use super::scripts::{SCRIPTS, Script};
-use super::{DEFAULT_PREFIX, Inner, RedisStore};
+use super::{
+    DEFAULT_COALESCE_BATCH, DEFAULT_COALESCE_IN_FLIGHT, DEFAULT_PREFIX, Inner, RedisStore,
+};
+use crate::store::durable::coalesce::{Coalescer, Limits};
 use crate::store::durable::reconnect::DEFAULT_RECONNECT_WITHIN;
 use crate::store::{StoreError, StoreResult};
 
@@ -33,6 +36,7 @@ pub struct RedisStoreBuilder {
     replicas: Option<(u32, Duration)>,
     connections: usize,
     reconnect_within: Duration,
+    coalesce: Option<Limits>,
 }
 
 /// What a builder connects to.
@@ -60,6 +64,7 @@ impl RedisStoreBuilder {
             replicas: None,
             connections: 1,
             reconnect_within: DEFAULT_RECONNECT_WITHIN,
+            coalesce: None,
         }
     }
 
@@ -109,6 +114,62 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// Whether claims and completions are coalesced (off by default; never
+    /// on a Cluster, where one pipeline's keys would span nodes).
+    ///
+    /// The one multiplexed connection already pipelines the steps of
+    /// concurrent callers on its socket, so coalescing saves no server
+    /// work; what it saves is a `WAIT` per step under
+    /// [`wait_for_replicas`](Self::wait_for_replicas), where one `WAIT`
+    /// follows each pipeline. Without `WAIT` it costs a task and a channel
+    /// per step: BENCHMARKS.md section 8 measures it slower.
+    ///
+    /// On, a claim or completion that finds fewer than
+    /// [`coalesce_in_flight`](Self::coalesce_in_flight) pipelines on the
+    /// wire goes at once, alone: no added delay. Those that arrive while
+    /// that many are on the wire wait, and go together as one pipeline of
+    /// their scripts (with one `WAIT` after them, if asked for) as soon as
+    /// one comes back, up to [`coalesce_batch`](Self::coalesce_batch) of
+    /// them. Each caller gets its own reply (its claim and fence, the
+    /// record it replays, a conflict, a claim in flight, a lost lease), and
+    /// a script that fails for one caller fails that caller only. Two steps
+    /// on one key never share a pipeline. A caller dropped while it waits
+    /// is left out; a claim made for a caller that has gone is released at
+    /// once. Releases, renewals and forgetting are not coalesced.
+    /// [`RedisStore::round_trips`] counts a pipeline as one.
+    pub fn coalesce(mut self, on: bool) -> RedisStoreBuilder {
+        self.coalesce = on.then_some(Limits {
+            batch: DEFAULT_COALESCE_BATCH,
+            in_flight: DEFAULT_COALESCE_IN_FLIGHT,
+        });
+        self
+    }
+
+    /// The most claims and completions in one coalesced pipeline (default
+    /// [`DEFAULT_COALESCE_BATCH`]); turns coalescing on.
+    pub fn coalesce_batch(mut self, steps: usize) -> RedisStoreBuilder {
+        let in_flight = self
+            .coalesce
+            .map_or(DEFAULT_COALESCE_IN_FLIGHT, |c| c.in_flight);
+        self.coalesce = Some(Limits {
+            batch: steps.max(1),
+            in_flight,
+        });
+        self
+    }
+
+    /// How many coalesced pipelines may be on the wire at once before the
+    /// next steps wait to go together (default
+    /// [`DEFAULT_COALESCE_IN_FLIGHT`]); turns coalescing on.
+    pub fn coalesce_in_flight(mut self, pipelines: usize) -> RedisStoreBuilder {
+        let batch = self.coalesce.map_or(DEFAULT_COALESCE_BATCH, |c| c.batch);
+        self.coalesce = Some(Limits {
+            batch,
+            in_flight: pipelines.max(1),
+        });
+        self
+    }
+
     /// Connects, loads the scripts, reads the eviction policy (warning if
     /// it may evict records), and subscribes for wake-ups. Fails with
     /// [`StoreError::Unavailable`] if the server cannot be reached, and with
@@ -128,6 +189,10 @@ impl RedisStoreBuilder {
         }
         let channel = format!("{}wake", self.prefix);
         let listener = Listener::new(nodes, channel.clone());
+        let batches = self
+            .coalesce
+            .filter(|_| !first.is_cluster())
+            .map(|limits| Arc::new(Coalescer::new(limits)));
         let store = RedisStore {
             inner: Arc::new(Inner {
                 connections,
@@ -141,6 +206,7 @@ impl RedisStoreBuilder {
                 round_trips: AtomicU64::new(0),
                 published: AtomicU64::new(0),
                 script_loads: AtomicU64::new(SCRIPTS.all().len() as u64),
+                batches,
             }),
         };
         // Waiters before this is up are woken by timers, never missed.

@@ -42,6 +42,7 @@
 //! [`Records::purge_expired`] removes nothing and
 //! returns 0.
 
+mod batch;
 mod builder;
 mod connection;
 mod error;
@@ -55,6 +56,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use self::batch::{Answered, ScriptAsk};
 use self::connection::Connection;
 use self::listener::Listener;
 use super::{
@@ -62,6 +64,7 @@ use super::{
     Records, Store, StoreFuture, StoreResult,
 };
 use crate::key::Key;
+use crate::store::durable::coalesce::Coalescer;
 use crate::store::record::Completion;
 
 pub use builder::RedisStoreBuilder;
@@ -75,6 +78,14 @@ pub const DEFAULT_PREFIX: &str = "idempotent:";
 /// The most a waiter sleeps before it looks at the claim again even though
 /// no wake-up came: a bound on how long a lost message can delay it.
 pub const RECHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// The most claims and completions one coalesced pipeline carries, unless
+/// [`RedisStoreBuilder::coalesce_batch`] says otherwise.
+pub const DEFAULT_COALESCE_BATCH: usize = 64;
+
+/// How many coalesced pipelines may be on the wire at once, unless
+/// [`RedisStoreBuilder::coalesce_in_flight`] says otherwise.
+pub const DEFAULT_COALESCE_IN_FLIGHT: usize = 2;
 
 /// Claims and records in Redis, for processes on several hosts.
 ///
@@ -135,6 +146,8 @@ struct Inner {
     round_trips: AtomicU64,
     published: AtomicU64,
     script_loads: AtomicU64,
+    /// Claims and completions waiting for a round trip, if coalesced.
+    batches: Option<Arc<Coalescer<ScriptAsk, Answered>>>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -224,9 +237,17 @@ impl RedisStore {
 
     /// How many round trips the store's steps have made: one per claim,
     /// completion, release, renewal and forget (with its `WAIT`, if asked
-    /// for), and one more after a `NOSCRIPT`. For measuring, and for tests.
+    /// for), one per coalesced pipeline of claims and completions, and one
+    /// more after a `NOSCRIPT`. For measuring, and for tests.
     pub fn round_trips(&self) -> u64 {
         self.inner.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// How many claims and completions wait for a pipeline to go out (see
+    /// [`RedisStoreBuilder::coalesce`]): zero unless every pipeline slot is
+    /// on the wire. For measuring, and for tests that hold a pipeline.
+    pub fn waiting(&self) -> usize {
+        self.inner.batches.as_ref().map_or(0, |b| b.waiting())
     }
 
     /// How many completions and releases have published a wake-up: only

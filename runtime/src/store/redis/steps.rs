@@ -12,6 +12,7 @@ use crate::store::durable::encode::{millis, new_owner};
 use crate::store::durable::reconnect::Reconnecting;
 use crate::store::durable::wait::LEASE_MARGIN;
 
+use super::batch::{self, ScriptAsk};
 use super::error::{NotReplicated, corrupt, redis_error};
 use super::listener::KeyWatch;
 use super::scripts::{MAX_RELOADS, SCRIPTS, Script};
@@ -49,16 +50,47 @@ pub(super) fn is_broken_connection(err: &redis::RedisError) -> bool {
 }
 
 /// A script's reply, and whether its `WAIT` fell short.
-struct Reply {
-    value: Value,
-    short: Option<NotReplicated>,
+pub(super) struct Reply {
+    pub(super) value: Value,
+    pub(super) short: Option<NotReplicated>,
 }
 
 impl Inner {
+    /// Calls `script` on the record at `key` as [`call_alone`] does; a
+    /// claim or completion (`digest` given) goes through the store's
+    /// coalescer, if it has one, with the others waiting for a round trip.
+    ///
+    /// [`call_alone`]: Inner::call_alone
+    async fn call(
+        self: &Arc<Self>,
+        script: &'static Script,
+        key: &str,
+        args: &[&str],
+        replicate: bool,
+        coalesce: Option<Coalesced>,
+    ) -> StoreResult<Reply> {
+        let (Some(batches), Some(coalesced)) = (&self.batches, coalesce) else {
+            return self.call_alone(script, key, args, replicate).await;
+        };
+        let ask = ScriptAsk {
+            script,
+            digest: coalesced.digest,
+            record: key.to_owned(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            replicate,
+            owner: coalesced.owner,
+        };
+        let inner = Arc::clone(self);
+        batches
+            .ask(ask, move |batch| batch::run(Arc::clone(&inner), batch))
+            .await?
+            .take()
+    }
+
     /// Calls `script` on the record at `key`, with `WAIT` in the same round
     /// trip if `replicate` and the store asks for it. Loads the script
     /// again if the server forgot it.
-    async fn call(
+    pub(super) async fn call_alone(
         &self,
         script: &Script,
         key: &str,
@@ -141,10 +173,8 @@ impl Inner {
         args: &[&str],
         replicate: bool,
     ) -> StoreResult<(i64, Option<NotReplicated>)> {
-        let reply = self.call(script, key, args, replicate).await?;
-        let number = redis::from_redis_value(reply.value)
-            .map_err(|e| corrupt(script.name, format_args!("{e}")))?;
-        Ok((number, reply.short))
+        let reply = self.call_alone(script, key, args, replicate).await?;
+        number(script, reply)
     }
 
     pub(super) async fn claim(self: &Arc<Self>, req: ClaimRequest<'_>) -> StoreResult<ClaimAnswer> {
@@ -171,7 +201,13 @@ impl Inner {
             if up { "1" } else { "0" },
         ];
         let record = self.record_key(&digest);
-        let reply = self.call(&SCRIPTS.claim, &record, &args, true).await?;
+        let coalesced = Coalesced {
+            digest,
+            owner: Some(owner_hex.clone()),
+        };
+        let reply = self
+            .call(&SCRIPTS.claim, &record, &args, true, Some(coalesced))
+            .await?;
         let fields: Vec<Option<String>> = redis::from_redis_value(reply.value)
             .map_err(|e| corrupt("claim", format_args!("{e}")))?;
         let field = |at: usize| fields.get(at).cloned().flatten();
@@ -231,7 +267,11 @@ impl Inner {
         }
     }
 
-    pub(super) async fn complete(&self, claim: &Claim, finished: Completion) -> StoreResult<()> {
+    pub(super) async fn complete(
+        self: &Arc<Self>,
+        claim: &Claim,
+        finished: Completion,
+    ) -> StoreResult<()> {
         let json = finished.value.to_json()?;
         let digest = claim.key.digest();
         let owner = format!("{:032x}", claim.owner);
@@ -250,9 +290,14 @@ impl Inner {
             &digest_hex,
         ];
         let record = self.record_key(&digest);
-        let (done, short) = self
-            .call_for_number(&SCRIPTS.complete, &record, &args, true)
+        let coalesced = Coalesced {
+            digest,
+            owner: None,
+        };
+        let reply = self
+            .call(&SCRIPTS.complete, &record, &args, true, Some(coalesced))
             .await?;
+        let (done, short) = number(&SCRIPTS.complete, reply)?;
         self.count_wake_up(done);
         if done == 0 {
             return Err(StoreError::LeaseLost);
@@ -277,6 +322,25 @@ impl Inner {
         if released == 0 {
             return Err(StoreError::LeaseLost);
         }
+        Ok(())
+    }
+
+    /// Releases the claim of `owner` (hex) at `fence` on the record at
+    /// `record`, if it is still held so: a claim made for a caller that
+    /// was gone.
+    pub(super) async fn release_held(
+        &self,
+        record: &str,
+        owner: &str,
+        fence: &str,
+        digest: &[u8; 32],
+    ) -> StoreResult<()> {
+        let digest_hex = hex::encode(digest);
+        let args = [owner, fence, &self.channel, &digest_hex];
+        let (released, _) = self
+            .call_for_number(&SCRIPTS.release, record, &args, false)
+            .await?;
+        self.count_wake_up(released);
         Ok(())
     }
 
@@ -321,6 +385,20 @@ impl Inner {
             self.published.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// What a coalesced call carries beside its script: the record's digest,
+/// and a claim's holder token in hex.
+struct Coalesced {
+    digest: [u8; 32],
+    owner: Option<String>,
+}
+
+/// A script's answer as a number.
+fn number(script: &Script, reply: Reply) -> StoreResult<(i64, Option<NotReplicated>)> {
+    let number = redis::from_redis_value(reply.value)
+        .map_err(|e| corrupt(script.name, format_args!("{e}")))?;
+    Ok((number, reply.short))
 }
 
 /// Waits for the key's wake-up or `nap`, whichever comes first; the guard
