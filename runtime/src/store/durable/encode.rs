@@ -99,6 +99,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "sqlite")]
     fn times_survive_a_round_trip_at_millisecond_precision() {
         let t = UNIX_EPOCH + Duration::from_millis(1_780_000_000_123);
         assert_eq!(from_unix_millis(unix_millis(t)), t);
