@@ -152,6 +152,9 @@ pub(super) async fn each_caller_in_a_coalesced_batch_gets_its_own_answer() {
     for k in &fresh {
         asks.push(spawn_claim(&store, k, &tool(), 42));
     }
+    // The second ask for `fresh[0]` queues behind the first: spawned tasks
+    // run in no set order, so the first must be waiting before it is asked.
+    until_waiting(&store, 4).await;
     let twice = spawn_claim(&store, &fresh[0], &tool(), 42);
     let replay = spawn_claim(&store, &replayed, &tool(), 42);
     let conflict_done = spawn_claim(&store, &replayed, &tool(), 43);
