@@ -230,6 +230,16 @@ fn run_batch(
         }
         return false;
     }
+    let ran = run_in_savepoints(conn, batch, requeue);
+    commit_and_answer(conn, ran)
+}
+
+/// Runs each step of `batch` in its own savepoint of the open transaction.
+fn run_in_savepoints(
+    conn: &Connection,
+    batch: &mut Vec<Job>,
+    requeue: &Weak<mpsc::Sender<Job>>,
+) -> Vec<Ran> {
     let mut ran = Vec::with_capacity(batch.len());
     for job in batch.drain(..) {
         let mut outcome = in_savepoint(conn, &job.step);
@@ -239,6 +249,12 @@ fn run_batch(
             outcome,
         });
     }
+    ran
+}
+
+/// Lets go of the claims whose callers left while the steps ran, commits
+/// the open transaction and answers every caller; whether it committed.
+fn commit_and_answer(conn: &Connection, mut ran: Vec<Ran>) -> bool {
     // A claim whose caller left while the batch ran is let go before the
     // commit, in the same transaction.
     for step in &mut ran {
@@ -491,6 +507,43 @@ mod tests {
         assert_eq!(rows(&path, "dropped"), 0, "the unread claim was released");
         assert_eq!(rows(&path, "kept-key"), 1, "the read claim is kept");
         drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_claim_whose_caller_leaves_before_its_batch_commits_is_let_go_in_that_batch() {
+        let dir = std::env::temp_dir().join(format!("idempotent-batch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let path = dir.join("claims.db");
+        drop(SqliteStore::open(&path).expect("open, which makes the schema"));
+        let conn = Connection::open(&path).expect("a connection");
+
+        let (left_reply, left) = oneshot::channel();
+        let (stays_reply, stays) = oneshot::channel();
+        let mut batch = vec![
+            Job {
+                step: claim("left"),
+                reply: left_reply,
+            },
+            Job {
+                step: claim("stays"),
+                reply: stays_reply,
+            },
+        ];
+        execute(&conn, "BEGIN IMMEDIATE").expect("begin");
+        let ran = run_in_savepoints(&conn, &mut batch, &Weak::new());
+        // Both steps ran; one caller leaves before the commit.
+        drop(left);
+        assert!(commit_and_answer(&conn, ran), "the batch commits");
+
+        let Ok(Done::Claimed(row, _, mut undo)) = stays.await.expect("an answer") else {
+            panic!("a claim's answer");
+        };
+        assert!(row.owned_by(&[7; 16]));
+        undo.disarm();
+        assert_eq!(rows(&path, "left"), 0, "the left caller's claim was let go");
+        assert_eq!(rows(&path, "stays"), 1, "the other claim is kept");
+        drop(conn);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
