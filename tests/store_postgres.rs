@@ -11,6 +11,7 @@
 //! except in CI, where it fails. Every store gets a schema of its own,
 //! dropped afterwards.
 
+mod coalesced;
 mod harness;
 mod postgres_cases;
 

@@ -11,6 +11,7 @@
 //! where it fails. Every store gets a key prefix of its own, whose keys are
 //! deleted afterwards.
 
+mod coalesced;
 mod harness;
 mod redis_cases;
 

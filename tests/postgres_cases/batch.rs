@@ -1,37 +1,84 @@
-//! Coalesced claims and completions: each caller in a batch gets its own
-//! answer, one caller's input the server refuses fails only that caller,
-//! and a caller dropped while its step waits or is on the wire leaves no
-//! claim behind.
+//! Coalesced claims and completions on Postgres: the shared cases of
+//! `coalesced`, then what a caller dropped while its step waits or is on the
+//! wire leaves (no claim), and a server that is away.
 //!
 //! A batch is held on the wire by a row another transaction holds: a claim
 //! on a key the test inserted without committing waits for that
-//! transaction, and so does a completion of a row the test locked. With one
-//! batch on the wire at a time, the steps asked meanwhile queue, and go
-//! together once the test lets the row go.
+//! transaction, and so does a completion of a row the test locked.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use idempotent_tools::PostgresStore;
-use idempotent_tools::call::{ConflictReason, Key, ToolId};
+use idempotent_tools::call::{Key, ToolId};
 use idempotent_tools::records::Records;
 use idempotent_tools::store::postgres::tokio_postgres::{Client, NoTls};
-use idempotent_tools::store::{
-    Claim, ClaimAnswer, ClaimRequest, Completion, RecordValue, Store, StoreError, StoreResult,
-};
+use idempotent_tools::store::{Claim, ClaimAnswer, Completion, Store, StoreError};
 use idempotent_tools_testing::conformance::kit::{
-    CountingProvider, TOOL, claimed, done, fresh_run, refund_call, refund_key, refunds, request,
-    usd,
+    CountingProvider, done, fresh_run, refund_call, refund_key, refunds,
 };
-use tokio::task::JoinHandle;
 
 use crate::Schema;
+use crate::coalesced::{self, Batches, LONG, Wire, spawn_claim, tool, until_sent, until_waiting};
 
-const LONG: Duration = Duration::from_secs(3600);
+/// A store that puts one batch of a kind on the wire at a time, and a
+/// connection of the test's own that holds rows.
+struct Rows {
+    store: Arc<PostgresStore>,
+    client: Client,
+}
 
-/// A store that puts one batch of a kind on the wire at a time.
-async fn one_batch_at_a_time(schema: &Schema) -> Arc<PostgresStore> {
-    Arc::new(schema.store_with(|b| b.coalesce_in_flight(1)).await)
+impl Rows {
+    async fn new(schema: &Schema) -> Rows {
+        Rows {
+            store: Arc::new(schema.store_with(|b| b.coalesce_in_flight(1)).await),
+            client: side(schema).await,
+        }
+    }
+}
+
+impl Wire for Rows {
+    type Store = PostgresStore;
+
+    fn store(&self) -> &Arc<PostgresStore> {
+        &self.store
+    }
+
+    async fn hold_claim(&self, key: &Key) {
+        hold_new_key(&self.client, key).await;
+    }
+
+    async fn hold_completion(&self, claim: &Claim) {
+        lock_row(&self.client, &claim.key).await;
+    }
+
+    async fn let_go(&self) {
+        let_go(&self.client).await;
+    }
+
+    async fn refuse_claim(&self, _: &Key) -> ToolId {
+        // Postgres's text holds no NUL: the server refuses this tool's name.
+        ToolId::owned("tests::\0refund")
+    }
+
+    async fn refuse_completion(&self, _: &Claim) -> Completion {
+        // A time the server refuses: before 4713 BC.
+        let mut too_old = done("2");
+        too_old.completed_at = SystemTime::UNIX_EPOCH
+            .checked_sub(Duration::from_secs(7000 * 366 * 24 * 3600))
+            .expect("a time before the epoch");
+        too_old
+    }
+}
+
+impl Batches for PostgresStore {
+    fn sent(&self) -> u64 {
+        self.statements()
+    }
+
+    fn waiting(&self) -> usize {
+        PostgresStore::waiting(self)
+    }
 }
 
 /// A connection of the test's own in the schema.
@@ -75,359 +122,68 @@ async fn let_go(client: &Client) {
     client.batch_execute("ROLLBACK").await.expect("rollback");
 }
 
-/// Waits until `n` steps queue behind the batch on the wire.
-async fn until_waiting(store: &PostgresStore, n: usize) {
-    while store.waiting() < n {
-        tokio::task::yield_now().await;
-    }
-}
-
-/// Waits until the store has sent `n` statements.
-async fn until_sent(store: &PostgresStore, n: u64) {
-    while store.statements() < n {
-        tokio::task::yield_now().await;
-    }
-}
-
-fn spawn_claim(
-    store: &Arc<PostgresStore>,
-    key: &Key,
-    tool: &ToolId,
-    amount: u64,
-) -> JoinHandle<StoreResult<ClaimAnswer>> {
-    let (store, key, tool) = (Arc::clone(store), key.clone(), tool.clone());
-    tokio::spawn(async move {
-        store
-            .claim(ClaimRequest {
-                key: &key,
-                tool: &tool,
-                fingerprint: usd(amount),
-                lease: LONG,
-                retention: LONG,
-            })
-            .await
-    })
-}
-
-fn spawn_complete(
-    store: &Arc<PostgresStore>,
-    claim: Claim,
-    completion: Completion,
-) -> JoinHandle<StoreResult<()>> {
-    let store = Arc::clone(store);
-    tokio::spawn(async move { store.complete(&claim, completion).await })
-}
-
-/// A recorded value as JSON text.
-fn json(value: &RecordValue) -> String {
-    value.to_json().expect("JSON").into_owned()
-}
-
-/// The tool of the kit's requests.
-fn tool() -> ToolId {
-    TOOL.clone()
-}
-
 pub(super) async fn each_caller_in_a_coalesced_batch_gets_its_own_answer() {
     let Some(schema) = Schema::new().await else {
         return;
     };
-    let store = one_batch_at_a_time(&schema).await;
-    let run = fresh_run();
-    let key = |name: &str| refund_key(&run, name);
-    let (replayed, held) = (key("replayed"), key("held"));
-    let first = claimed(&*store, request(&replayed, LONG)).await;
-    store.complete(&first, done("7")).await.expect("complete");
-    let _holder = claimed(&*store, request(&held, LONG)).await;
-
-    let blocker = key("blocker");
-    let client = side(&schema).await;
-    hold_new_key(&client, &blocker).await;
-    let before = store.statements();
-    let on_the_wire = spawn_claim(&store, &blocker, &tool(), 42);
-    until_sent(&store, before + 1).await;
-    let other_tool = ToolId::new("tests::other");
-    let fresh: Vec<Key> = (0..4).map(|i| key(&format!("fresh-{i}"))).collect();
-    let mut asks = Vec::new();
-    for k in &fresh {
-        asks.push(spawn_claim(&store, k, &tool(), 42));
-    }
-    // The second ask for `fresh[0]` queues behind the first: spawned tasks
-    // run in no set order, so the first must be waiting before it is asked.
-    until_waiting(&store, 4).await;
-    let twice = spawn_claim(&store, &fresh[0], &tool(), 42);
-    let replay = spawn_claim(&store, &replayed, &tool(), 42);
-    let conflict_done = spawn_claim(&store, &replayed, &tool(), 43);
-    let conflict_tool = spawn_claim(&store, &replayed, &other_tool, 42);
-    let waits = spawn_claim(&store, &held, &tool(), 42);
-    let conflict_held = spawn_claim(&store, &held, &tool(), 43);
-    until_waiting(&store, 10).await;
-    let_go(&client).await;
-
-    let answer = |task: JoinHandle<StoreResult<ClaimAnswer>>| async move {
-        task.await.expect("task").expect("claim")
-    };
-    assert!(matches!(answer(on_the_wire).await, ClaimAnswer::Claimed(_)));
-    let mut owners = Vec::new();
-    for task in asks {
-        match answer(task).await {
-            ClaimAnswer::Claimed(claim) => {
-                assert_eq!(claim.fence, 1);
-                owners.push(claim.owner);
-            }
-            other => panic!("a fresh key in a batch: {other:?}"),
-        }
-    }
-    owners.sort_unstable();
-    owners.dedup();
-    assert_eq!(owners.len(), 4, "each claim has an owner of its own");
-    assert!(
-        matches!(answer(twice).await, ClaimAnswer::InFlight(_)),
-        "the second ask for a key finds the first's claim"
-    );
-    match answer(replay).await {
-        ClaimAnswer::Completed(c) => assert_eq!(json(&c.value), "7"),
-        other => panic!("a replay in a batch: {other:?}"),
-    }
-    match answer(conflict_done).await {
-        ClaimAnswer::Conflict { reason, first } => {
-            assert_eq!(reason, ConflictReason::Arguments);
-            assert_eq!(first.as_ref().map(json).as_deref(), Some("7"));
-        }
-        other => panic!("other arguments on a done key: {other:?}"),
-    }
-    assert!(matches!(
-        answer(conflict_tool).await,
-        ClaimAnswer::Conflict {
-            reason: ConflictReason::OtherTool,
-            first: None
-        }
-    ));
-    assert!(matches!(answer(waits).await, ClaimAnswer::InFlight(_)));
-    assert!(matches!(
-        answer(conflict_held).await,
-        ClaimAnswer::Conflict {
-            reason: ConflictReason::Arguments,
-            first: None
-        }
-    ));
-    let sent = store.statements() - before;
-    // 11 claims: the one on the wire, then batches split only by repeated
-    // keys (the replayed key is asked three times).
-    assert!(sent <= 4, "11 claims took {sent} statements");
-
-    // Completions: one on the wire, then one batch with a repeat (a retry
-    // after a lost reply), a fence that is not the row's and an owner that
-    // is not the row's.
-    let claims: Vec<Claim> = {
-        let mut claims = Vec::new();
-        for i in 0..5 {
-            claims.push(claimed(&*store, request(&key(&format!("done-{i}")), LONG)).await);
-        }
-        claims
-    };
-    lock_row(&client, &claims[0].key).await;
-    let before = store.statements();
-    let on_the_wire = spawn_complete(&store, claims[0].clone(), done("0"));
-    until_sent(&store, before + 1).await;
-    let right = spawn_complete(&store, claims[1].clone(), done("1"));
-    let again = spawn_complete(&store, claims[1].clone(), done("1"));
-    let wrong_fence = spawn_complete(
-        &store,
-        Claim {
-            fence: claims[2].fence + 1,
-            ..claims[2].clone()
-        },
-        done("2"),
-    );
-    let right_too = spawn_complete(&store, claims[3].clone(), done("3"));
-    let wrong_owner = spawn_complete(
-        &store,
-        Claim {
-            owner: claims[4].owner ^ 1,
-            ..claims[4].clone()
-        },
-        done("4"),
-    );
-    until_waiting(&store, 5).await;
-    let_go(&client).await;
-    let completed = |task: JoinHandle<StoreResult<()>>| async move { task.await.expect("task") };
-    completed(on_the_wire).await.expect("the one on the wire");
-    completed(right).await.expect("a completion in a batch");
-    completed(again).await.expect("the same completion again");
-    assert!(matches!(
-        completed(wrong_fence).await,
-        Err(StoreError::LeaseLost)
-    ));
-    completed(right_too).await.expect("another in the batch");
-    assert!(matches!(
-        completed(wrong_owner).await,
-        Err(StoreError::LeaseLost)
-    ));
-    let sent = store.statements() - before;
-    assert!(sent <= 3, "6 completions took {sent} statements");
-    for (i, expected) in [
-        (0, Some("0")),
-        (1, Some("1")),
-        (2, None),
-        (3, Some("3")),
-        (4, None),
-    ] {
-        let record = store
-            .inspect(&claims[i].key)
-            .await
-            .expect("inspect")
-            .expect("a record");
-        assert_eq!(
-            record.result.as_ref().map(json).as_deref(),
-            expected,
-            "the record of done-{i}"
-        );
-    }
+    coalesced::each_caller_in_a_batch_gets_its_own_answer(&Rows::new(&schema).await).await;
 }
 
 pub(super) async fn many_guarded_calls_coalesced_act_once_per_key() {
     let Some(schema) = Schema::new().await else {
         return;
     };
-    let store: Arc<dyn Store> = one_batch_at_a_time(&schema).await;
-    let run = fresh_run();
-    let provider = Arc::new(CountingProvider::default());
-    let start = Arc::new(tokio::sync::Barrier::new(48));
-    let mut tasks = Vec::new();
-    for i in 0..48 {
-        let order = format!("order-{}", i % 8);
-        let (store, run, provider, start) = (
-            Arc::clone(&store),
-            run.clone(),
-            Arc::clone(&provider),
-            Arc::clone(&start),
-        );
-        tasks.push(tokio::spawn(async move {
-            start.wait().await;
-            let outcome = refund_call(&store, &run, &order, 42)
-                .run(refunds(&provider, 42))
-                .await
-                .expect("a call");
-            (order, outcome.into_value().expect("a value").id)
-        }));
-    }
-    let mut seen = std::collections::HashMap::new();
-    for task in tasks {
-        let (order, id) = task.await.expect("task");
-        let first = seen.entry(order.clone()).or_insert_with(|| id.clone());
-        assert_eq!(*first, id, "every caller of {order} sees the one refund");
-    }
-    assert_eq!(
-        provider.refunds(),
-        8,
-        "one refund per key reached the provider"
-    );
-    let mut ids: Vec<_> = seen.into_values().collect();
-    ids.sort();
-    ids.dedup();
-    assert_eq!(ids.len(), 8, "each key its own refund");
+    coalesced::many_guarded_calls_act_once_per_key(Rows::new(&schema).await.store).await;
 }
 
 pub(super) async fn a_step_the_server_refuses_fails_only_its_caller() {
     let Some(schema) = Schema::new().await else {
         return;
     };
-    let store = one_batch_at_a_time(&schema).await;
-    let run = fresh_run();
-    let key = |name: &str| refund_key(&run, name);
-    let client = side(&schema).await;
-
-    let blocker = key("blocker");
-    hold_new_key(&client, &blocker).await;
-    let before = store.statements();
-    let on_the_wire = spawn_claim(&store, &blocker, &tool(), 42);
-    until_sent(&store, before + 1).await;
-    let (a, b, refused) = (key("a"), key("b"), key("refused"));
-    let first = spawn_claim(&store, &a, &tool(), 42);
-    // Postgres's text holds no NUL: the server refuses this tool's name.
-    let bad = spawn_claim(&store, &refused, &ToolId::owned("tests::\0refund"), 42);
-    let second = spawn_claim(&store, &b, &tool(), 42);
-    until_waiting(&store, 3).await;
-    let_go(&client).await;
-    let answer =
-        |task: JoinHandle<StoreResult<ClaimAnswer>>| async move { task.await.expect("task") };
-    let blocked = match answer(on_the_wire).await {
-        Ok(ClaimAnswer::Claimed(claim)) => claim,
-        other => panic!("the claim on the wire: {other:?}"),
-    };
-    let first = match answer(first).await {
-        Ok(ClaimAnswer::Claimed(claim)) => claim,
-        other => panic!("a claim beside a refused one: {other:?}"),
-    };
-    let refused_answer = answer(bad).await;
+    let rows = Rows::new(&schema).await;
+    let failed = coalesced::a_step_that_fails_fails_only_its_caller(&rows).await;
+    let store = &rows.store;
     assert!(
-        matches!(refused_answer, Err(StoreError::Backend(_))),
-        "{refused_answer:?}"
-    );
-    let second = match answer(second).await {
-        Ok(ClaimAnswer::Claimed(claim)) => claim,
-        other => panic!("a claim beside a refused one: {other:?}"),
-    };
-    assert!(store.inspect(&refused).await.expect("inspect").is_none());
-
-    // A completion whose time the server refuses (before 4713 BC).
-    let third = claimed(&*store, request(&key("c"), LONG)).await;
-    lock_row(&client, &blocker).await;
-    let before = store.statements();
-    let on_the_wire = spawn_complete(&store, blocked, done("0"));
-    until_sent(&store, before + 1).await;
-    let ok = spawn_complete(&store, first.clone(), done("1"));
-    let mut too_old = done("2");
-    too_old.completed_at = SystemTime::UNIX_EPOCH
-        .checked_sub(Duration::from_secs(7000 * 366 * 24 * 3600))
-        .expect("a time before the epoch");
-    let bad = spawn_complete(&store, second.clone(), too_old);
-    let ok_too = spawn_complete(&store, third.clone(), done("3"));
-    until_waiting(&store, 3).await;
-    let_go(&client).await;
-    let completed = |task: JoinHandle<StoreResult<()>>| async move { task.await.expect("task") };
-    completed(on_the_wire).await.expect("the one on the wire");
-    completed(ok)
-        .await
-        .expect("a completion beside a refused one");
-    let refused = completed(bad).await;
-    assert!(
-        matches!(refused, Err(StoreError::Backend(_))),
-        "{refused:?}"
-    );
-    completed(ok_too)
-        .await
-        .expect("a completion beside a refused one");
-    for (claim, expected) in [(&first, Some("1")), (&second, None), (&third, Some("3"))] {
-        let record = store
-            .inspect(&claim.key)
+        store
+            .inspect(&failed.claim_of)
             .await
             .expect("inspect")
-            .expect("a record");
-        assert_eq!(record.result.as_ref().map(json).as_deref(), expected);
-    }
+            .is_none(),
+        "the refused claim made no record"
+    );
+    let record = store
+        .inspect(&failed.completion_of.key)
+        .await
+        .expect("inspect")
+        .expect("a record");
+    assert!(
+        record.result.is_none(),
+        "the refused completion wrote nothing"
+    );
 }
 
 pub(super) async fn a_caller_dropped_while_queued_or_on_the_wire_leaves_no_claim() {
     let Some(schema) = Schema::new().await else {
         return;
     };
-    let store = one_batch_at_a_time(&schema).await;
+    let Rows {
+        store,
+        client: first_row,
+    } = Rows::new(&schema).await;
+    let second_row = side(&schema).await;
     let run = fresh_run();
     let key = |name: &str| refund_key(&run, name);
-    let (first_row, second_row) = (side(&schema).await, side(&schema).await);
     let (d1, d2, queued, in_batch) = (key("d1"), key("d2"), key("queued"), key("in-batch"));
     hold_new_key(&first_row, &d1).await;
     hold_new_key(&second_row, &d2).await;
 
-    let before = store.statements();
+    let before = store.sent();
     let first = spawn_claim(&store, &d1, &tool(), 42);
-    until_sent(&store, before + 1).await;
+    until_sent(&*store, before + 1).await;
     let dropped_queued = spawn_claim(&store, &queued, &tool(), 42);
     let dropped_in_batch = spawn_claim(&store, &in_batch, &tool(), 42);
     let dropped_blocked = spawn_claim(&store, &d2, &tool(), 42);
-    until_waiting(&store, 3).await;
+    until_waiting(&*store, 3).await;
     dropped_queued.abort();
     assert!(dropped_queued.await.expect_err("dropped").is_cancelled());
 
@@ -438,7 +194,7 @@ pub(super) async fn a_caller_dropped_while_queued_or_on_the_wire_leaves_no_claim
         first.await.expect("task").expect("claim"),
         ClaimAnswer::Claimed(_)
     ));
-    until_sent(&store, before + 2).await;
+    until_sent(&*store, before + 2).await;
     dropped_in_batch.abort();
     assert!(dropped_in_batch.await.expect_err("dropped").is_cancelled());
     dropped_blocked.abort();
@@ -494,7 +250,7 @@ pub(super) async fn a_batch_whose_server_is_away_fails_each_caller_once_not_one_
             )
         })
         .collect();
-    until_waiting(&store, 3).await;
+    until_waiting(&*store, 3).await;
     for task in std::iter::once(first).chain(queued) {
         let answer = task.await.expect("task");
         assert!(

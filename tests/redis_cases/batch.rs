@@ -1,36 +1,27 @@
-//! Coalesced claims and completions: each caller in a pipeline gets its own
-//! answer, one caller's script that fails fails only that caller, and a
-//! caller dropped while its step waits or is on the wire leaves no claim
-//! behind.
+//! Coalesced claims and completions on Redis: the shared cases of
+//! `coalesced`, then what a caller dropped while its step waits or is on the
+//! wire leaves (no claim).
 //!
 //! A pipeline is held on the wire by a gate: the store talks to the server
 //! through a proxy of the test's own that, closed, lets through only the
-//! writes it is told to. With one pipeline on the wire at a time, the steps
-//! asked meanwhile queue, and go together once the gate opens.
+//! writes it is told to.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use idempotent_tools::RedisStore;
-use idempotent_tools::call::{ConflictReason, Key, ToolId};
+use idempotent_tools::call::{Key, ToolId};
 use idempotent_tools::records::Records;
 use idempotent_tools::store::redis::redis;
-use idempotent_tools::store::{
-    Claim, ClaimAnswer, ClaimRequest, Completion, RecordValue, Store, StoreError, StoreResult,
-};
-use idempotent_tools_testing::conformance::kit::{
-    CountingProvider, TOOL, claimed, done, fresh_run, refund_call, refund_key, refunds, request,
-    usd,
-};
+use idempotent_tools::store::{Claim, ClaimAnswer, Completion, Store};
+use idempotent_tools_testing::conformance::kit::{done, fresh_run, refund_key};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
-use tokio::task::JoinHandle;
 
+use crate::coalesced::{self, Batches, Wire, spawn_claim, tool, until_sent, until_waiting};
 use crate::{Prefixed, admin};
-
-const LONG: Duration = Duration::from_secs(3600);
 
 /// A TCP proxy in front of the server whose gate, closed, holds what the
 /// store writes until the test lets it through.
@@ -104,7 +95,7 @@ impl Gate {
 }
 
 /// A store through a gate, with one pipeline on the wire at a time.
-async fn gated(place: &Prefixed) -> (Arc<RedisStore>, Gate) {
+async fn gated(place: &Prefixed) -> Gated {
     let info = redis::parse_redis_url(&place.url).expect("a Redis URL");
     let upstream = format!(
         "{}:{}",
@@ -122,338 +113,87 @@ async fn gated(place: &Prefixed) -> (Arc<RedisStore>, Gate) {
         .await
         .expect("a store");
     assert!(store.listening().await);
-    (Arc::new(store), gate)
-}
-
-/// Waits until `n` steps queue behind the pipeline on the wire.
-async fn until_waiting(store: &RedisStore, n: usize) {
-    while store.waiting() < n {
-        tokio::task::yield_now().await;
+    Gated {
+        store: Arc::new(store),
+        gate,
+        url: place.url.clone(),
     }
 }
 
-/// Waits until the store has made `n` round trips.
-async fn until_sent(store: &RedisStore, n: u64) {
-    while store.round_trips() < n {
-        tokio::task::yield_now().await;
-    }
+/// A store through a gate, and where its keys live.
+struct Gated {
+    store: Arc<RedisStore>,
+    gate: Gate,
+    url: String,
 }
 
-fn spawn_claim(
-    store: &Arc<RedisStore>,
-    key: &Key,
-    tool: &ToolId,
-    amount: u64,
-) -> JoinHandle<StoreResult<ClaimAnswer>> {
-    let (store, key, tool) = (Arc::clone(store), key.clone(), tool.clone());
-    tokio::spawn(async move {
-        store
-            .claim(ClaimRequest {
-                key: &key,
-                tool: &tool,
-                fingerprint: usd(amount),
-                lease: LONG,
-                retention: LONG,
-            })
+impl Gated {
+    /// Sets `key`'s record to a plain string: a script's `HGET` on it
+    /// fails, for this key only.
+    async fn spoil(&self, key: &Key) {
+        let _: () = redis::cmd("SET")
+            .arg(self.store.record_key(key))
+            .arg("not a hash")
+            .query_async(&mut admin(&self.url).await)
             .await
-    })
+            .expect("set");
+    }
 }
 
-fn spawn_complete(
-    store: &Arc<RedisStore>,
-    claim: Claim,
-    completion: Completion,
-) -> JoinHandle<StoreResult<()>> {
-    let store = Arc::clone(store);
-    tokio::spawn(async move { store.complete(&claim, completion).await })
+impl Wire for Gated {
+    type Store = RedisStore;
+
+    fn store(&self) -> &Arc<RedisStore> {
+        &self.store
+    }
+
+    async fn hold_claim(&self, _: &Key) {
+        self.gate.close();
+    }
+
+    async fn hold_completion(&self, _: &Claim) {
+        self.gate.close();
+    }
+
+    async fn let_go(&self) {
+        self.gate.open();
+    }
+
+    async fn refuse_claim(&self, key: &Key) -> ToolId {
+        self.spoil(key).await;
+        tool()
+    }
+
+    async fn refuse_completion(&self, claim: &Claim) -> Completion {
+        self.spoil(&claim.key).await;
+        done("2")
+    }
 }
 
-fn json(value: &RecordValue) -> String {
-    value.to_json().expect("JSON").into_owned()
-}
+impl Batches for RedisStore {
+    fn sent(&self) -> u64 {
+        self.round_trips()
+    }
 
-fn tool() -> ToolId {
-    TOOL.clone()
+    fn waiting(&self) -> usize {
+        RedisStore::waiting(self)
+    }
 }
 
 pub async fn each_caller_in_a_coalesced_pipeline_gets_its_own_answer() {
     let Some(place) = Prefixed::new() else { return };
-    let (store, gate) = gated(&place).await;
-    let run = fresh_run();
-    let key = |name: &str| refund_key(&run, name);
-    let (replayed, held) = (key("replayed"), key("held"));
-    let first = claimed(&*store, request(&replayed, LONG)).await;
-    store.complete(&first, done("7")).await.expect("complete");
-    let _holder = claimed(&*store, request(&held, LONG)).await;
-
-    gate.close();
-    let before = store.round_trips();
-    let on_the_wire = spawn_claim(&store, &key("blocker"), &tool(), 42);
-    until_sent(&store, before + 1).await;
-    let other_tool = ToolId::new("tests::other");
-    let fresh: Vec<Key> = (0..4).map(|i| key(&format!("fresh-{i}"))).collect();
-    let mut asks = Vec::new();
-    for k in &fresh {
-        asks.push(spawn_claim(&store, k, &tool(), 42));
-    }
-    // The second ask for `fresh[0]` queues behind the first: spawned tasks
-    // run in no set order, so the first must be waiting before it is asked.
-    until_waiting(&store, 4).await;
-    let twice = spawn_claim(&store, &fresh[0], &tool(), 42);
-    let replay = spawn_claim(&store, &replayed, &tool(), 42);
-    let conflict_done = spawn_claim(&store, &replayed, &tool(), 43);
-    let conflict_tool = spawn_claim(&store, &replayed, &other_tool, 42);
-    let waits = spawn_claim(&store, &held, &tool(), 42);
-    let conflict_held = spawn_claim(&store, &held, &tool(), 43);
-    until_waiting(&store, 10).await;
-    gate.open();
-
-    let answer = |task: JoinHandle<StoreResult<ClaimAnswer>>| async move {
-        task.await.expect("task").expect("claim")
-    };
-    assert!(matches!(answer(on_the_wire).await, ClaimAnswer::Claimed(_)));
-    let mut owners = Vec::new();
-    for task in asks {
-        match answer(task).await {
-            ClaimAnswer::Claimed(claim) => {
-                assert_eq!(claim.fence, 1);
-                owners.push(claim.owner);
-            }
-            other => panic!("a fresh key in a pipeline: {other:?}"),
-        }
-    }
-    owners.sort_unstable();
-    owners.dedup();
-    assert_eq!(owners.len(), 4, "each claim has an owner of its own");
-    assert!(
-        matches!(answer(twice).await, ClaimAnswer::InFlight(_)),
-        "the second ask for a key finds the first's claim"
-    );
-    match answer(replay).await {
-        ClaimAnswer::Completed(c) => assert_eq!(json(&c.value), "7"),
-        other => panic!("a replay in a pipeline: {other:?}"),
-    }
-    match answer(conflict_done).await {
-        ClaimAnswer::Conflict { reason, first } => {
-            assert_eq!(reason, ConflictReason::Arguments);
-            assert_eq!(first.as_ref().map(json).as_deref(), Some("7"));
-        }
-        other => panic!("other arguments on a done key: {other:?}"),
-    }
-    assert!(matches!(
-        answer(conflict_tool).await,
-        ClaimAnswer::Conflict {
-            reason: ConflictReason::OtherTool,
-            first: None
-        }
-    ));
-    assert!(matches!(answer(waits).await, ClaimAnswer::InFlight(_)));
-    assert!(matches!(
-        answer(conflict_held).await,
-        ClaimAnswer::Conflict {
-            reason: ConflictReason::Arguments,
-            first: None
-        }
-    ));
-    let sent = store.round_trips() - before;
-    // 11 claims: the one on the wire, then pipelines split only by
-    // repeated keys (the replayed key is asked three times).
-    assert!(sent <= 4, "11 claims took {sent} round trips");
-
-    // Completions: one on the wire, then one pipeline with a repeat (a
-    // retry after a lost reply), a stale fence and an owner that is not the
-    // record's.
-    let claims: Vec<Claim> = {
-        let mut claims = Vec::new();
-        for i in 0..5 {
-            claims.push(claimed(&*store, request(&key(&format!("done-{i}")), LONG)).await);
-        }
-        claims
-    };
-    gate.close();
-    let before = store.round_trips();
-    let on_the_wire = spawn_complete(&store, claims[0].clone(), done("0"));
-    until_sent(&store, before + 1).await;
-    let right = spawn_complete(&store, claims[1].clone(), done("1"));
-    let again = spawn_complete(&store, claims[1].clone(), done("1"));
-    let wrong_fence = spawn_complete(
-        &store,
-        Claim {
-            fence: claims[2].fence + 1,
-            ..claims[2].clone()
-        },
-        done("2"),
-    );
-    let right_too = spawn_complete(&store, claims[3].clone(), done("3"));
-    let wrong_owner = spawn_complete(
-        &store,
-        Claim {
-            owner: claims[4].owner ^ 1,
-            ..claims[4].clone()
-        },
-        done("4"),
-    );
-    until_waiting(&store, 5).await;
-    gate.open();
-    let completed = |task: JoinHandle<StoreResult<()>>| async move { task.await.expect("task") };
-    completed(on_the_wire).await.expect("the one on the wire");
-    completed(right).await.expect("a completion in a pipeline");
-    completed(again)
-        .await
-        .expect("the same completion again writes the same record");
-    assert!(matches!(
-        completed(wrong_fence).await,
-        Err(StoreError::LeaseLost)
-    ));
-    completed(right_too).await.expect("another in the pipeline");
-    assert!(matches!(
-        completed(wrong_owner).await,
-        Err(StoreError::LeaseLost)
-    ));
-    let sent = store.round_trips() - before;
-    assert!(sent <= 3, "6 completions took {sent} round trips");
-    for (i, expected) in [
-        (0, Some("0")),
-        (1, Some("1")),
-        (2, None),
-        (3, Some("3")),
-        (4, None),
-    ] {
-        let record = store
-            .inspect(&claims[i].key)
-            .await
-            .expect("inspect")
-            .expect("a record");
-        assert_eq!(
-            record.result.as_ref().map(json).as_deref(),
-            expected,
-            "the record of done-{i}"
-        );
-    }
+    coalesced::each_caller_in_a_batch_gets_its_own_answer(&gated(&place).await).await;
 }
 
 pub async fn many_guarded_calls_coalesced_act_once_per_key() {
     let Some(place) = Prefixed::new() else { return };
-    let (store, _gate) = gated(&place).await;
-    let store: Arc<dyn Store> = store;
-    let run = fresh_run();
-    let provider = Arc::new(CountingProvider::default());
-    let start = Arc::new(tokio::sync::Barrier::new(48));
-    let mut tasks = Vec::new();
-    for i in 0..48 {
-        let order = format!("order-{}", i % 8);
-        let (store, run, provider, start) = (
-            Arc::clone(&store),
-            run.clone(),
-            Arc::clone(&provider),
-            Arc::clone(&start),
-        );
-        tasks.push(tokio::spawn(async move {
-            start.wait().await;
-            let outcome = refund_call(&store, &run, &order, 42)
-                .run(refunds(&provider, 42))
-                .await
-                .expect("a call");
-            (order, outcome.into_value().expect("a value").id)
-        }));
-    }
-    let mut seen = std::collections::HashMap::new();
-    for task in tasks {
-        let (order, id) = task.await.expect("task");
-        let first = seen.entry(order.clone()).or_insert_with(|| id.clone());
-        assert_eq!(*first, id, "every caller of {order} sees the one refund");
-    }
-    assert_eq!(
-        provider.refunds(),
-        8,
-        "one refund per key reached the provider"
-    );
-    let mut ids: Vec<_> = seen.into_values().collect();
-    ids.sort();
-    ids.dedup();
-    assert_eq!(ids.len(), 8, "each key its own refund");
+    coalesced::many_guarded_calls_act_once_per_key(gated(&place).await.store).await;
 }
 
 pub async fn a_script_that_fails_for_one_caller_fails_only_that_caller() {
     let Some(place) = Prefixed::new() else { return };
-    let (store, gate) = gated(&place).await;
-    let run = fresh_run();
-    let key = |name: &str| refund_key(&run, name);
-    let (a, b, refused) = (key("a"), key("b"), key("refused"));
-    // Not a hash: the claim script's `HGET` on it fails, for this key only.
-    let _: () = redis::cmd("SET")
-        .arg(store.record_key(&refused))
-        .arg("not a hash")
-        .query_async(&mut admin(&place.url).await)
-        .await
-        .expect("set");
-
-    gate.close();
-    let before = store.round_trips();
-    let on_the_wire = spawn_claim(&store, &key("blocker"), &tool(), 42);
-    until_sent(&store, before + 1).await;
-    let first = spawn_claim(&store, &a, &tool(), 42);
-    let bad = spawn_claim(&store, &refused, &tool(), 42);
-    let second = spawn_claim(&store, &b, &tool(), 42);
-    until_waiting(&store, 3).await;
-    gate.open();
-    let answer =
-        |task: JoinHandle<StoreResult<ClaimAnswer>>| async move { task.await.expect("task") };
-    let blocked = match answer(on_the_wire).await {
-        Ok(ClaimAnswer::Claimed(claim)) => claim,
-        other => panic!("the claim on the wire: {other:?}"),
-    };
-    let first = match answer(first).await {
-        Ok(ClaimAnswer::Claimed(claim)) => claim,
-        other => panic!("a claim beside a failing one: {other:?}"),
-    };
-    let failed = answer(bad).await;
-    assert!(matches!(failed, Err(StoreError::Backend(_))), "{failed:?}");
-    let second = match answer(second).await {
-        Ok(ClaimAnswer::Claimed(claim)) => claim,
-        other => panic!("a claim beside a failing one: {other:?}"),
-    };
-    assert_eq!(
-        store.round_trips() - before,
-        2,
-        "the three went in one pipeline"
-    );
-
-    // A completion whose record turned into a string fails alone too.
-    let third = claimed(&*store, request(&key("c"), LONG)).await;
-    let _: () = redis::cmd("SET")
-        .arg(store.record_key(&second.key))
-        .arg("not a hash")
-        .query_async(&mut admin(&place.url).await)
-        .await
-        .expect("set");
-    gate.close();
-    let before = store.round_trips();
-    let on_the_wire = spawn_complete(&store, blocked, done("0"));
-    until_sent(&store, before + 1).await;
-    let ok = spawn_complete(&store, first.clone(), done("1"));
-    let bad = spawn_complete(&store, second.clone(), done("2"));
-    let ok_too = spawn_complete(&store, third.clone(), done("3"));
-    until_waiting(&store, 3).await;
-    gate.open();
-    let completed = |task: JoinHandle<StoreResult<()>>| async move { task.await.expect("task") };
-    completed(on_the_wire).await.expect("the one on the wire");
-    completed(ok)
-        .await
-        .expect("a completion beside a failing one");
-    let failed = completed(bad).await;
-    assert!(matches!(failed, Err(StoreError::Backend(_))), "{failed:?}");
-    completed(ok_too)
-        .await
-        .expect("a completion beside a failing one");
-    for (claim, expected) in [(&first, "1"), (&third, "3")] {
-        let record = store
-            .inspect(&claim.key)
-            .await
-            .expect("inspect")
-            .expect("a record");
-        assert_eq!(record.result.as_ref().map(json).as_deref(), Some(expected));
-    }
+    let failed = coalesced::a_step_that_fails_fails_only_its_caller(&gated(&place).await).await;
+    assert_eq!(failed.claims_sent, 2, "the three went in one pipeline");
 }
 
 /// Waits until `key` has no record: the claim made for a dropped caller
@@ -470,7 +210,7 @@ async fn until_released(store: &RedisStore, key: &Key) {
 
 pub async fn a_caller_dropped_while_queued_or_on_the_wire_leaves_no_claim() {
     let Some(place) = Prefixed::new() else { return };
-    let (store, gate) = gated(&place).await;
+    let Gated { store, gate, .. } = gated(&place).await;
     let run = fresh_run();
     let key = |name: &str| refund_key(&run, name);
     let (alone, queued, in_pipeline, kept) =
@@ -480,10 +220,10 @@ pub async fn a_caller_dropped_while_queued_or_on_the_wire_leaves_no_claim() {
     gate.close();
     let before = store.round_trips();
     let on_the_wire = spawn_claim(&store, &alone, &tool(), 42);
-    until_sent(&store, before + 1).await;
+    until_sent(&*store, before + 1).await;
     // Dropped while queued behind it: never sent.
     let dropped_queued = spawn_claim(&store, &queued, &tool(), 42);
-    until_waiting(&store, 1).await;
+    until_waiting(&*store, 1).await;
     on_the_wire.abort();
     dropped_queued.abort();
     assert!(dropped_queued.await.is_err_and(|e| e.is_cancelled()));
@@ -497,12 +237,12 @@ pub async fn a_caller_dropped_while_queued_or_on_the_wire_leaves_no_claim() {
     gate.close();
     let before = store.round_trips();
     let ahead = spawn_claim(&store, &key("ahead"), &tool(), 42);
-    until_sent(&store, before + 1).await;
+    until_sent(&*store, before + 1).await;
     let dropped = spawn_claim(&store, &in_pipeline, &tool(), 42);
     let waiting = spawn_claim(&store, &kept, &tool(), 42);
-    until_waiting(&store, 2).await;
+    until_waiting(&*store, 2).await;
     gate.let_through(1);
-    until_sent(&store, before + 2).await;
+    until_sent(&*store, before + 2).await;
     dropped.abort();
     assert!(dropped.await.is_err_and(|e| e.is_cancelled()));
     gate.open();
