@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::error::Error;
 use std::path::{Path, PathBuf};
 
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 type Result<T> = std::result::Result<T, Box<dyn Error>>;
@@ -96,6 +97,44 @@ fn spread(values: &[f64]) -> Spread {
         min: sorted[0],
         max: sorted[n - 1],
     }
+}
+
+/// Appends a row's median and p99, one run's, to the runs' lists.
+fn push_latencies(
+    (medians, p99s): &mut (Vec<f64>, Vec<f64>),
+    row: &BTreeMap<String, String>,
+) -> Result<()> {
+    medians.push(number(row, "median_us")?);
+    p99s.push(number(row, "p99_us")?);
+    Ok(())
+}
+
+/// Whitens `root`, titles it, and splits what is left into `count` panels
+/// side by side.
+fn titled_panels<'a>(
+    root: &DrawingArea<SVGBackend<'a>, Shift>,
+    title: &str,
+    count: usize,
+) -> Result<Vec<DrawingArea<SVGBackend<'a>, Shift>>> {
+    root.fill(&WHITE)?;
+    let titled = root.titled(title, ("sans-serif", 20))?;
+    Ok(titled.split_evenly((1, count)))
+}
+
+/// Draws a chart's legend, in its upper left corner.
+fn legend<'a, DB, CT>(chart: &mut ChartContext<'a, DB, CT>) -> Result<()>
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    CT: CoordTranslate,
+{
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
 }
 
 fn throughput(results: &Path, plots: &Path) -> Result<Vec<PathBuf>> {
@@ -189,12 +228,7 @@ fn throughput(results: &Path, plots: &Path) -> Result<Vec<PathBuf>> {
                 ErrorBar::new_vertical(x, s.min, s.median, s.max, color.stroke_width(1), 8)
             }))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()?;
+        legend(&mut chart)?;
         root.present()?;
         written.push(path.clone());
     }
@@ -213,20 +247,18 @@ fn size(results: &Path, plots: &Path) -> Result<Vec<PathBuf>> {
             .or_default()
             .entry(number(&row, "records")? as u64)
             .or_default();
-        entry.0.push(number(&row, "median_us")?);
-        entry.1.push(number(&row, "p99_us")?);
+        push_latencies(entry, &row)?;
     }
     if data.is_empty() {
         return Ok(Vec::new());
     }
     let path = plots.join("size.svg");
     let root = SVGBackend::new(&path, (420 * data.len() as u32, 480)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let root = root.titled(
+    let panels = titled_panels(
+        &root,
         "Latency against records held: median (solid) and p99 (dashed), median over runs",
-        ("sans-serif", 20),
+        data.len(),
     )?;
-    let panels = root.split_evenly((1, data.len()));
     for (panel, (store, steps)) in panels.iter().zip(&data) {
         let all = steps.values().flat_map(|points| points.iter());
         let (mut lo_r, mut hi_r, mut lo_t, mut hi_t) = (f64::MAX, 1f64, f64::MAX, 0f64);
@@ -279,12 +311,7 @@ fn size(results: &Path, plots: &Path) -> Result<Vec<PathBuf>> {
                     .map(|&p| Circle::new(p, 3, color.filled())),
             )?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()?;
+        legend(&mut chart)?;
     }
     root.present()?;
     Ok(vec![path.clone()])
@@ -310,20 +337,18 @@ fn purge(results: &Path, plots: &Path) -> Result<Vec<PathBuf>> {
             .or_default()
             .entry(text(&row, "phase")?.to_owned())
             .or_default();
-        entry.0.push(number(&row, "median_us")?);
-        entry.1.push(number(&row, "p99_us")?);
+        push_latencies(entry, &row)?;
     }
     if data.is_empty() {
         return Ok(Vec::new());
     }
     let path = plots.join("purge.svg");
     let root = SVGBackend::new(&path, (420 * data.len() as u32, 460)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let root = root.titled(
+    let panels = titled_panels(
+        &root,
         "Calls' latency without a purge and during one (median over runs, bars: min–max)",
-        ("sans-serif", 20),
+        data.len(),
     )?;
-    let panels = root.split_evenly((1, data.len()));
     // Bars in order: median without, median during, p99 without, p99 during.
     let phases = ["without", "during"];
     for (panel, (store, by_phase)) in panels.iter().zip(&data) {
