@@ -200,9 +200,9 @@ pub(super) async fn a_caller_dropped_while_queued_or_on_the_wire_leaves_no_claim
     dropped_blocked.abort();
     assert!(dropped_blocked.await.expect_err("dropped").is_cancelled());
     let_go(&second_row).await;
-
-    // The batch made both claims for callers that were gone: each is
-    // released.
+    // The batch made both claims for callers that were gone: once it is
+    // back, each is released, by a statement of its own.
+    until_sent(&*store, before + 4).await;
     for k in [&in_batch, &d2] {
         while store.inspect(k).await.expect("inspect").is_some() {
             tokio::task::yield_now().await;
@@ -250,7 +250,9 @@ pub(super) async fn a_batch_whose_server_is_away_fails_each_caller_once_not_one_
             )
         })
         .collect();
-    until_waiting(&*store, 3).await;
+    tokio::time::timeout(budget * 4, until_waiting(&*store, 3))
+        .await
+        .expect("the three queue behind the first while it tries");
     for task in std::iter::once(first).chain(queued) {
         let answer = task.await.expect("task");
         assert!(

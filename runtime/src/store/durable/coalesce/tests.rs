@@ -81,14 +81,16 @@ async fn an_ask_with_nothing_in_flight_goes_at_once_and_later_ones_go_together()
     recorder.started.notified().await;
     // While the first is on the wire: three asks, two under one key.
     let mut later = Vec::new();
-    for (key, value) in [(2, 20), (3, 30), (2, 21)] {
+    for (queued, (key, value)) in [(2, 20), (3, 30), (2, 21)].into_iter().enumerate() {
         let (c, run) = (Arc::clone(&coalescer), recorder.run());
         later.push(tokio::spawn(
             async move { c.ask(Echo(key, value), run).await },
         ));
-    }
-    while coalescer.lock().waiting.len() < 3 {
-        tokio::task::yield_now().await;
+        // Spawned tasks reach the queue in no set order: each ask is
+        // queued before the next is made.
+        while coalescer.lock().waiting.len() <= queued {
+            tokio::task::yield_now().await;
+        }
     }
     recorder.let_go.add_permits(3);
     assert_eq!(first.await.expect("task").expect("answer"), 10);
