@@ -116,7 +116,14 @@ impl<R: Ask, A: Send + 'static> Coalescer<R, A> {
             }
         };
         if let Some(batch) = first {
-            let driven = drive(Arc::clone(self), batch, run);
+            // The slot's guard exists from the moment the slot is taken: a
+            // task dropped before it first runs (its runtime shutting down)
+            // still gives the slot back.
+            let slot = Slot {
+                coalescer: Arc::clone(self),
+                held: true,
+            };
+            let driven = drive(slot, batch, run);
             match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => drop(runtime.spawn(driven)),
                 Err(_) => driven.await,
@@ -161,22 +168,19 @@ impl<R: Ask, A> Queue<R, A> {
 }
 
 /// Runs batches for as long as asks wait, then gives its slot back.
-async fn drive<R, A, F, Fut>(coalescer: Arc<Coalescer<R, A>>, first: Vec<Member<R, A>>, run: F)
+async fn drive<R, A, F, Fut>(mut slot: Slot<R, A>, first: Vec<Member<R, A>>, run: F)
 where
     R: Ask,
     A: Send + 'static,
     F: Fn(Vec<Member<R, A>>) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let mut slot = Slot {
-        coalescer: &coalescer,
-        held: true,
-    };
     let mut batch = first;
     loop {
         if !batch.is_empty() {
             run(batch).await;
         }
+        let coalescer = Arc::clone(&slot.coalescer);
         let mut queue = coalescer.lock();
         batch = queue.take(coalescer.limits.batch);
         if batch.is_empty() {
@@ -188,14 +192,15 @@ where
 }
 
 /// A batch slot, given back if its task ends abnormally (a panic, a runtime
-/// shutting down). The last slot given back that way also answers the
-/// asks still queued, with an error, so that none waits forever.
-struct Slot<'a, R, A> {
-    coalescer: &'a Coalescer<R, A>,
+/// shutting down, before or after the task first ran). The last slot given
+/// back that way also answers the asks still queued, with an error, so that
+/// none waits forever.
+struct Slot<R, A> {
+    coalescer: Arc<Coalescer<R, A>>,
     held: bool,
 }
 
-impl<R, A> Drop for Slot<'_, R, A> {
+impl<R, A> Drop for Slot<R, A> {
     fn drop(&mut self) {
         if !self.held {
             return;

@@ -208,3 +208,38 @@ async fn a_batch_that_panics_fails_its_members_and_frees_its_slot() {
         .expect("a later batch runs");
     assert_eq!(ok, 7);
 }
+
+#[test]
+fn a_batch_task_dropped_before_it_first_runs_gives_its_slot_back() {
+    let coalescer = one_at_a_time();
+    let recorder = Arc::new(Recorder::new());
+    recorder.let_go.add_permits(1 << 10);
+
+    // An ask polled once on a runtime that shuts down before the batch's
+    // task first runs: the task is dropped unpolled.
+    let doomed = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    doomed.block_on({
+        let (c, run) = (Arc::clone(&coalescer), recorder.run());
+        async move {
+            let mut ask = std::pin::pin!(c.ask(Echo(1, 10), run));
+            std::future::poll_fn(|cx| {
+                assert!(ask.as_mut().poll(cx).is_pending(), "the batch is spawned");
+                std::task::Poll::Ready(())
+            })
+            .await;
+        }
+    });
+    drop(doomed);
+    assert_eq!(coalescer.lock().in_flight, 0, "the slot is given back");
+
+    // The next ask goes at once.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .expect("a runtime");
+    let answer = runtime.block_on(coalescer.ask(Echo(2, 20), recorder.run()));
+    assert_eq!(answer.expect("an answer"), 20);
+    assert_eq!(recorder.batches(), [vec![20]], "the first batch never ran");
+}
