@@ -13,8 +13,9 @@ use std::time::Duration;
 use idempotent_tools::RedisStore;
 use idempotent_tools::call::{Key, ToolId};
 use idempotent_tools::records::Records;
+use idempotent_tools::store::redis::RedisStoreBuilder;
 use idempotent_tools::store::redis::redis;
-use idempotent_tools::store::{Claim, ClaimAnswer, Completion, Store};
+use idempotent_tools::store::{Claim, ClaimAnswer, Completion, Store, StoreError};
 use idempotent_tools_testing::conformance::kit::{done, fresh_run, refund_key};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -29,6 +30,7 @@ struct Gate {
     port: u16,
     closed: Arc<AtomicBool>,
     permits: Arc<Semaphore>,
+    cut: Arc<AtomicBool>,
 }
 
 impl Gate {
@@ -37,9 +39,13 @@ impl Gate {
         let port = listener.local_addr().expect("addr").port();
         let closed = Arc::new(AtomicBool::new(false));
         let permits = Arc::new(Semaphore::new(0));
-        let (c, p) = (Arc::clone(&closed), Arc::clone(&permits));
+        let cut = Arc::new(AtomicBool::new(false));
+        let (c, p, refusing) = (Arc::clone(&closed), Arc::clone(&permits), Arc::clone(&cut));
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                if refusing.load(Ordering::SeqCst) {
+                    continue;
+                }
                 let server = TcpStream::connect(upstream.as_str())
                     .await
                     .expect("the server");
@@ -73,7 +79,16 @@ impl Gate {
             port,
             closed,
             permits,
+            cut,
         }
+    }
+
+    /// Breaks every connection through the gate, the held writes' first,
+    /// and refuses new ones: the server is away from then on.
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        self.closed.store(true, Ordering::SeqCst);
+        self.permits.close();
     }
 
     fn close(&self) {
@@ -96,6 +111,14 @@ impl Gate {
 
 /// A store through a gate, with one pipeline on the wire at a time.
 async fn gated(place: &Prefixed) -> Gated {
+    gated_with(place, |builder| builder).await
+}
+
+/// [`gated`], with more of the builder's options.
+async fn gated_with(
+    place: &Prefixed,
+    options: impl FnOnce(RedisStoreBuilder) -> RedisStoreBuilder,
+) -> Gated {
     let info = redis::parse_redis_url(&place.url).expect("a Redis URL");
     let upstream = format!(
         "{}:{}",
@@ -106,7 +129,7 @@ async fn gated(place: &Prefixed) -> Gated {
     let mut url = info.clone();
     url.set_host(Some("127.0.0.1")).expect("host");
     url.set_port(Some(gate.port)).expect("port");
-    let store = RedisStore::builder(url.as_str())
+    let store = options(RedisStore::builder(url.as_str()))
         .prefix(place.prefix.as_str())
         .coalesce_in_flight(1)
         .connect()
@@ -260,4 +283,41 @@ pub async fn a_caller_dropped_while_queued_or_on_the_wire_leaves_no_claim() {
         .complete(&kept_claim, done("1"))
         .await
         .expect("the kept claim completes");
+}
+
+pub async fn a_pipeline_whose_connection_breaks_goes_again_together_not_one_by_one() {
+    let Some(place) = Prefixed::new() else { return };
+    let budget = Duration::from_secs(1);
+    let Gated { store, gate, .. } =
+        gated_with(&place, |builder| builder.reconnect_within(budget)).await;
+    let run = fresh_run();
+    gate.close();
+    let before = store.round_trips();
+    let first = spawn_claim(&store, &refund_key(&run, "first"), &tool(), 42);
+    until_sent(&*store, before + 1).await;
+    let queued: Vec<_> = (0..5)
+        .map(|i| {
+            spawn_claim(
+                &store,
+                &refund_key(&run, &format!("queued-{i}")),
+                &tool(),
+                42,
+            )
+        })
+        .collect();
+    until_waiting(&*store, 5).await;
+
+    let started = std::time::Instant::now();
+    gate.cut();
+    for task in std::iter::once(first).chain(queued) {
+        let answer = task.await.expect("task");
+        assert!(
+            matches!(answer, Err(StoreError::Unavailable(_))),
+            "{answer:?}"
+        );
+    }
+    // The first alone, then the five of the pipeline again together: two
+    // budgets, not six.
+    let took = started.elapsed();
+    assert!(took < budget * 4, "took {took:?}");
 }

@@ -45,6 +45,7 @@ pub fn trials() -> Vec<Trial> {
         batch::many_guarded_calls_coalesced_act_once_per_key,
         batch::a_script_that_fails_for_one_caller_fails_only_that_caller,
         batch::a_caller_dropped_while_queued_or_on_the_wire_leaves_no_claim,
+        batch::a_pipeline_whose_connection_breaks_goes_again_together_not_one_by_one,
     );
     trials.extend(crate::trials!(always;
         an_unreachable_server_is_unavailable_and_prints_each_cause_once,

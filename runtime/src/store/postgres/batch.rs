@@ -93,6 +93,9 @@ pub(super) enum Claimed {
 /// released, as the guard releases a claim nobody will use.
 pub(super) struct Won {
     store: Option<Arc<Inner>>,
+    /// The runtime the batch ran on: the release goes there, wherever the
+    /// answer is dropped.
+    runtime: Option<tokio::runtime::Handle>,
     holder: Holder,
     taken_over: bool,
 }
@@ -114,7 +117,7 @@ impl Drop for Won {
             return;
         };
         let holder = self.holder;
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        if let Some(runtime) = self.runtime.take() {
             // Fenced: it deletes only this owner's claim at this fence.
             drop(runtime.spawn(async move { store.release(holder).await }));
         }
@@ -207,6 +210,7 @@ fn claimed(store: &Arc<Inner>, ask: &ClaimAsk, found: Found) -> Claimed {
     match found {
         Found::Mine { fence, taken_over } => Claimed::Mine(Won {
             store: Some(Arc::clone(store)),
+            runtime: tokio::runtime::Handle::try_current().ok(),
             holder: ask.holder(fence),
             taken_over,
         }),

@@ -6,9 +6,11 @@
 //! Each member of a pipeline gets its own reply: the pipeline ignores
 //! errors, so a script that fails for one member (an error the server
 //! raises for its key) fails only that member. A member whose script the
-//! server forgot (`NOSCRIPT`), and every member of a pipeline whose
-//! connection broke, goes again alone, by the path that loads scripts and
-//! reconnects. A claim made for a caller that is gone is released at once.
+//! server forgot (`NOSCRIPT`) or whose server was loading or failing over,
+//! and every member of a pipeline whose connection broke, goes again alone,
+//! by the path that loads scripts and reconnects; those of one pipeline go
+//! at once, so a server that stays away costs them one reconnection budget
+//! together. A claim made for a caller that is gone is released at once.
 //!
 //! On a Redis Cluster the steps are not coalesced: the keys of one pipeline
 //! would span several slots and nodes, so each step goes alone, routed to
@@ -22,7 +24,7 @@ use redis::{ErrorKind, ServerErrorKind, Value};
 use super::Inner;
 use super::error::{NotReplicated, corrupt, redis_error};
 use super::scripts::Script;
-use super::steps::Reply;
+use super::steps::{Reply, is_broken_connection};
 use crate::store::StoreResult;
 use crate::store::durable::coalesce::{Ask, Member};
 use crate::store::durable::encode::millis;
@@ -57,6 +59,7 @@ impl Answered {
     fn new(ask: &ScriptAsk, inner: &Arc<Inner>, reply: StoreResult<Reply>) -> Answered {
         let undo = match (&ask.owner, &reply) {
             (Some(owner), Ok(reply)) => held_fence(&reply.value).map(|fence| Undo {
+                runtime: tokio::runtime::Handle::try_current().ok(),
                 inner: Arc::clone(inner),
                 record: ask.record.clone(),
                 owner: owner.clone(),
@@ -82,6 +85,9 @@ impl Answered {
 
 /// A claim made for a caller, released if the caller never takes it.
 struct Undo {
+    /// The runtime the batch ran on: the release goes there, wherever the
+    /// answer is dropped.
+    runtime: Option<tokio::runtime::Handle>,
     inner: Arc<Inner>,
     record: String,
     owner: String,
@@ -94,7 +100,7 @@ impl Drop for Answered {
         let Some(undo) = self.undo.take() else {
             return;
         };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        if let Some(runtime) = undo.runtime.clone() {
             // Fenced: it deletes only this owner's claim at this fence.
             drop(runtime.spawn(async move {
                 let _ = undo
@@ -148,29 +154,43 @@ pub(super) async fn run(inner: Arc<Inner>, mut batch: Vec<Member<ScriptAsk, Answ
         Ok(values) if values.len() == batch.len() + usize::from(wait.is_some()) => values,
         // The connection broke, or the replies do not match the asks:
         // each goes again alone, reconnecting as it does.
-        _ => {
-            for member in batch {
-                let reply = alone(&inner, &member.ask).await;
-                let answered = Answered::new(&member.ask, &inner, reply);
-                member.answer(answered);
-            }
-            return;
-        }
+        _ => return each_alone(&inner, batch).await,
     };
     let mut values = values.into_iter();
     let acked = wait.map(|w| (w, values.next_back()));
+    let mut again = Vec::new();
     for (member, value) in batch.into_iter().zip(values) {
         let ask = &member.ask;
         let reply = match value.extract_error() {
             Ok(value) => short(ask, acked.as_ref()).map(|short| Reply { value, short }),
-            Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                alone(&inner, ask).await
+            // A script the server forgot, or a server loading or failing
+            // over: this one goes again alone, as an uncoalesced step would.
+            Err(err)
+                if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+                    || is_broken_connection(&err) =>
+            {
+                again.push(member);
+                continue;
             }
             Err(err) => Err(redis_error(ask.script.name)(err)),
         };
         let answered = Answered::new(ask, &inner, reply);
         member.answer(answered);
     }
+    each_alone(&inner, again).await;
+}
+
+/// Sends each member again alone, all at once: a server that stays away
+/// costs the batch one reconnection budget, not one per member. A member
+/// whose caller is gone goes too, so that a claim the pipeline made for it
+/// is found and released.
+async fn each_alone(inner: &Arc<Inner>, members: Vec<Member<ScriptAsk, Answered>>) {
+    futures_util::future::join_all(members.into_iter().map(|member| async move {
+        let reply = alone(inner, &member.ask).await;
+        let answered = Answered::new(&member.ask, inner, reply);
+        member.answer(answered);
+    }))
+    .await;
 }
 
 /// One member's call by the uncoalesced path.
