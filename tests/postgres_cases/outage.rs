@@ -16,6 +16,7 @@ use idempotent_tools_testing::conformance::kit::{
     self, CountingProvider as Provider, PATIENCE, RefundError, fresh_run, refund_call, refund_key,
     refunds, request,
 };
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, Semaphore};
 
@@ -28,6 +29,10 @@ struct Proxy {
     cut: Arc<Notify>,
     /// One permit per connection turned away while down.
     turned_away: Arc<Semaphore>,
+    /// Armed, the next reply to a statement's execution is dropped, and its
+    /// connection cut.
+    swallow: Arc<AtomicBool>,
+    swallowed: Arc<Notify>,
 }
 
 impl Proxy {
@@ -37,7 +42,9 @@ impl Proxy {
         let up = Arc::new(AtomicBool::new(true));
         let cut = Arc::new(Notify::new());
         let turned_away = Arc::new(Semaphore::new(0));
+        let (swallow, swallowed) = (Arc::new(AtomicBool::new(false)), Arc::new(Notify::new()));
         let (up_, cut_, turned_away_) = (up.clone(), cut.clone(), turned_away.clone());
+        let (swallow_, swallowed_) = (swallow.clone(), swallowed.clone());
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 if !up_.load(Ordering::SeqCst) {
@@ -46,11 +53,32 @@ impl Proxy {
                     continue;
                 }
                 let server = TcpStream::connect(upstream).await.expect("upstream");
-                let cut = cut_.clone();
+                let (cut, swallow, swallowed) =
+                    (cut_.clone(), swallow_.clone(), swallowed_.clone());
                 tokio::spawn(async move {
-                    let (mut client, mut server) = (client, server);
+                    let (mut from_client, mut to_client) = client.into_split();
+                    let (mut from_server, mut to_server) = server.into_split();
+                    let replies = async {
+                        let mut buf = vec![0u8; 1 << 16];
+                        loop {
+                            let n = match from_server.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => n,
+                            };
+                            // An execution's reply begins with `BindComplete`
+                            // ('2'); a statement's preparation, with '1'.
+                            if buf[0] == b'2' && swallow.swap(false, Ordering::SeqCst) {
+                                swallowed.notify_one();
+                                return;
+                            }
+                            if to_client.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    };
                     tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = tokio::io::copy(&mut from_client, &mut to_server) => {}
+                        () = replies => {}
                         () = cut.notified() => {}
                     }
                 });
@@ -61,7 +89,15 @@ impl Proxy {
             up,
             cut,
             turned_away,
+            swallow,
+            swallowed,
         }
+    }
+
+    /// Drops the next reply to a statement's execution, which the server
+    /// ran, and cuts its connection: a reply lost on the way back.
+    fn swallow_next_reply(&self) {
+        self.swallow.store(true, Ordering::SeqCst);
     }
 
     /// Closes every connection and turns new ones away.
@@ -277,4 +313,34 @@ pub(super) async fn a_completion_whose_server_stays_away_past_the_lease_is_not_r
         Arc::new(through_within(&schema, &proxy, Duration::from_millis(50)).await);
     let provider = Arc::new(Provider::default());
     kit::not_recorded_once_down(&store, &provider, || proxy.down()).await;
+}
+
+/// A claim whose reply is lost after the server made it: the statement runs
+/// again on another connection and finds the claim its own by its owner
+/// token, instead of waiting for its own lease to run out.
+pub(super) async fn a_claim_whose_reply_was_lost_finds_its_claim_its_own_when_sent_again() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let proxy = Proxy::start(super::round_trips::upstream(&schema.config())).await;
+    let store = through(&schema, &proxy).await;
+    let run = fresh_run();
+    let key = refund_key(&run, "reply-lost");
+    proxy.swallow_next_reply();
+    let hour = Duration::from_secs(3600);
+    let answer = tokio::time::timeout(PATIENCE, store.claim(request(&key, hour)))
+        .await
+        .expect("the claim answers at once")
+        .expect("the claim");
+    tokio::time::timeout(PATIENCE, proxy.swallowed.notified())
+        .await
+        .expect("the first reply was lost");
+    let ClaimAnswer::Claimed(claim) = answer else {
+        panic!("the claim is the caller's own: {answer:?}");
+    };
+    assert_eq!(claim.fence, 1, "one claim, made once");
+    store
+        .complete(&claim, kit::done("1"))
+        .await
+        .expect("the claim completes under its fence");
 }

@@ -43,7 +43,9 @@ SELECT pg_advisory_xact_lock(hashtext('idempotent_claims')::bigint)",
 /// One statement, one round trip. It reads the row for the key; takes it
 /// over if its lease ran out (for the same tool and arguments) or its record
 /// expired; inserts a claim if there was no row; and returns either the
-/// claim it made (`mine`) or the row it found.
+/// claim it made (`mine`) or the row it found. A row held under the
+/// caller's own owner token is `mine` too: the statement ran before, and its
+/// reply was lost with its connection.
 ///
 /// Finding a row locks nothing and writes nothing: a replay, a conflict or
 /// a claim in flight costs one read, without a WAL flush.
@@ -107,7 +109,8 @@ SELECT true AS mine, fence, taken_over,
        false AS stale
 FROM mine
 UNION ALL
-SELECT false, fence, taken_over, key_text, tool, fingerprint, state, owner,
+SELECT (state = 'held' AND owner = $5::bytea), fence, taken_over, key_text, tool, fingerprint,
+       state, owner,
        GREATEST(0, CEIL(EXTRACT(EPOCH FROM (lease_until - now())) * 1000))::bigint,
        result, completed_at,
        (state <> 'held' AND expires_at <= now())
@@ -181,7 +184,8 @@ SELECT i, true AS mine, fence, taken_over,
        false AS stale
 FROM mine
 UNION ALL
-SELECT e.i, false, e.fence, e.taken_over, e.key_text, e.tool, e.fingerprint, e.state, e.owner,
+SELECT e.i, (e.state = 'held' AND e.owner = a.owner), e.fence, e.taken_over, e.key_text, e.tool,
+       e.fingerprint, e.state, e.owner,
        GREATEST(0, CEIL(EXTRACT(EPOCH FROM (e.lease_until - now())) * 1000))::bigint,
        e.result, e.completed_at,
        (e.state <> 'held' AND e.expires_at <= now())

@@ -61,7 +61,8 @@ SELECT true AS mine, fence, taken_over,
        false AS stale
 FROM mine
 UNION ALL
-SELECT false, fence, taken_over, key_text, tool, fingerprint, state, owner,
+SELECT (state = 'held' AND owner = $5::bytea), fence, taken_over, key_text, tool, fingerprint,
+       state, owner,
        GREATEST(0, CEIL(EXTRACT(EPOCH FROM (lease_until - now())) * 1000))::bigint,
        result, completed_at,
        (state <> 'held' AND expires_at <= now())
@@ -127,7 +128,8 @@ SELECT i, true AS mine, fence, taken_over,
        false AS stale
 FROM mine
 UNION ALL
-SELECT e.i, false, e.fence, e.taken_over, e.key_text, e.tool, e.fingerprint, e.state, e.owner,
+SELECT e.i, (e.state = 'held' AND e.owner = a.owner), e.fence, e.taken_over, e.key_text, e.tool,
+       e.fingerprint, e.state, e.owner,
        GREATEST(0, CEIL(EXTRACT(EPOCH FROM (e.lease_until - now())) * 1000))::bigint,
        e.result, e.completed_at,
        (e.state <> 'held' AND e.expires_at <= now())
