@@ -7,7 +7,12 @@
 //! runs it in one `IMMEDIATE` transaction with a `SAVEPOINT` per step (a
 //! step that fails rolls back alone, and only its caller hears of it),
 //! commits once, and answers each caller. A step that finds nothing queued
-//! runs at once as its own statement: no step waits for company.
+//! runs at once as its own statement: no step waits for company. A claim in
+//! a batch that finds its record completed is answered before the
+//! transaction begins: a replay reads, and never waits for the write lock.
+//! A step with which SQLite rolls the whole transaction back (a full disk,
+//! an I/O error, a trigger's `RAISE(ROLLBACK)`) fails alone; the others,
+//! undone with it, run again in the next transaction.
 //!
 //! A claim whose caller is gone is not made, or is released in the same
 //! transaction; one whose answer is dropped unread is released by the
@@ -218,38 +223,98 @@ fn run_batch(
 ) -> bool {
     // A claim whose caller already left is not made at all.
     batch.retain(|job| !(matches!(job.step, Step::Claim { .. }) && job.reply.is_closed()));
-    if batch.is_empty() {
-        return false;
+    if batch.len() > 1 {
+        answer_replays(conn, batch);
     }
-    if let [_] = batch.as_slice() {
-        return run_alone(conn, batch, requeue);
-    }
-    if let Err(err) = execute(conn, "BEGIN IMMEDIATE") {
-        for job in batch.drain(..) {
-            let _ = job.reply.send(Err(shared_error(&err)));
+    loop {
+        if batch.is_empty() {
+            return false;
         }
-        return false;
+        if let [_] = batch.as_slice() {
+            return run_alone(conn, batch, requeue);
+        }
+        if let Err(err) = execute(conn, "BEGIN IMMEDIATE") {
+            for job in batch.drain(..) {
+                let _ = job.reply.send(Err(shared_error(&err)));
+            }
+            return false;
+        }
+        match run_in_savepoints(conn, batch, requeue) {
+            Ok(ran) => return commit_and_answer(conn, ran),
+            // SQLite rolled the whole transaction back with this step (a
+            // full disk, an I/O error, a trigger's `RAISE(ROLLBACK)`): its
+            // caller hears why, and the others, undone with it, run again.
+            Err((failed, err)) => {
+                let _ = batch.remove(failed).reply.send(Err(err));
+            }
+        }
     }
-    let ran = run_in_savepoints(conn, batch, requeue);
-    commit_and_answer(conn, ran)
 }
 
-/// Runs each step of `batch` in its own savepoint of the open transaction.
+/// Answers at once each claim of `batch` that finds its record completed,
+/// and takes it out: a replay reads, and never waits for the write lock a
+/// batch's transaction asks for.
+fn answer_replays(conn: &Connection, batch: &mut Vec<Job>) {
+    let mut writes = Vec::with_capacity(batch.len());
+    for job in batch.drain(..) {
+        let Step::Claim { digest, .. } = &job.step else {
+            writes.push(job);
+            continue;
+        };
+        let now = now_millis();
+        let finished = conn
+            .prepare_cached(sql::PEEK_COMPLETED)
+            .and_then(|mut peek| {
+                peek.query_row(params![digest.as_slice(), now], read_returned)
+                    .optional()
+            });
+        match finished {
+            Ok(Some(finished)) => {
+                let _ = job.reply.send(Ok(Done::Claimed(finished, now, Undo(None))));
+            }
+            // Not completed, or the read failed: the claim runs in the
+            // transaction, which reads again.
+            Ok(None) | Err(_) => writes.push(job),
+        }
+    }
+    *batch = writes;
+}
+
+/// Runs each step of `batch` in its own savepoint of the open transaction,
+/// and takes them out with what they came to. If one fails and SQLite rolls
+/// the whole transaction back with it, every step stays in `batch`, undone,
+/// and the failing one's place is returned with its error.
 fn run_in_savepoints(
     conn: &Connection,
     batch: &mut Vec<Job>,
     requeue: &Weak<mpsc::Sender<Job>>,
-) -> Vec<Ran> {
-    let mut ran = Vec::with_capacity(batch.len());
-    for job in batch.drain(..) {
-        let mut outcome = in_savepoint(conn, &job.step);
+) -> Result<Vec<Ran>, (usize, StoreError)> {
+    let mut outcomes = Vec::with_capacity(batch.len());
+    for (i, job) in batch.iter().enumerate() {
+        let mut outcome = match in_savepoint(conn, &job.step) {
+            Err(err) if conn.is_autocommit() => {
+                // Nothing of the transaction is left: no claim made in it
+                // may be released in its name.
+                for outcome in &mut outcomes {
+                    if let Ok(Done::Claimed(_, _, undo)) = outcome {
+                        undo.disarm();
+                    }
+                }
+                return Err((i, err));
+            }
+            outcome => outcome,
+        };
         arm(&job.step, &mut outcome, requeue);
-        ran.push(Ran {
+        outcomes.push(outcome);
+    }
+    Ok(batch
+        .drain(..)
+        .zip(outcomes)
+        .map(|(job, outcome)| Ran {
             reply: job.reply,
             outcome,
-        });
-    }
-    ran
+        })
+        .collect())
 }
 
 /// Lets go of the claims whose callers left while the steps ran, commits
@@ -531,7 +596,9 @@ mod tests {
             },
         ];
         execute(&conn, "BEGIN IMMEDIATE").expect("begin");
-        let ran = run_in_savepoints(&conn, &mut batch, &Weak::new());
+        let Ok(ran) = run_in_savepoints(&conn, &mut batch, &Weak::new()) else {
+            panic!("both steps ran");
+        };
         // Both steps ran; one caller leaves before the commit.
         drop(left);
         assert!(commit_and_answer(&conn, ran), "the batch commits");
@@ -544,6 +611,116 @@ mod tests {
         assert_eq!(rows(&path, "left"), 0, "the left caller's claim was let go");
         assert_eq!(rows(&path, "stays"), 1, "the other claim is kept");
         drop(conn);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A claim's step and where its answer goes.
+    fn job(step: Step) -> (Job, oneshot::Receiver<StoreResult<Done>>) {
+        let (reply, answer) = oneshot::channel();
+        (Job { step, reply }, answer)
+    }
+
+    /// A file with the store's schema, and a connection of the test's own.
+    fn schema_file(name: &str) -> (std::path::PathBuf, std::path::PathBuf, Connection) {
+        let dir = std::env::temp_dir().join(format!("idempotent-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let path = dir.join("claims.db");
+        drop(SqliteStore::open(&path).expect("open, which makes the schema"));
+        let conn = Connection::open(&path).expect("a connection");
+        (dir, path, conn)
+    }
+
+    fn claimed_row(mut answer: oneshot::Receiver<StoreResult<Done>>) -> Returned {
+        match answer.try_recv() {
+            Ok(Ok(Done::Claimed(row, _, mut undo))) => {
+                undo.disarm();
+                row
+            }
+            Ok(Ok(Done::Changed(_))) => panic!("a claim's answer"),
+            Ok(Err(err)) => panic!("a claim: {err}"),
+            Err(err) => panic!("no answer: {err}"),
+        }
+    }
+
+    #[test]
+    fn a_step_that_rolls_the_whole_batch_back_fails_alone_and_the_others_run_again() {
+        let (dir, path, mut conn) = schema_file("rollback");
+        conn.execute_batch(
+            "CREATE TRIGGER refuse BEFORE INSERT ON idempotent_claims
+             WHEN NEW.key_text = 'refused'
+             BEGIN SELECT RAISE(ROLLBACK, 'refused by the ledger'); END;",
+        )
+        .expect("a trigger");
+        let (first, first_answer) = job(claim("first"));
+        let (refused, refused_answer) = job(claim("refused"));
+        let (after, after_answer) = job(claim("after-it"));
+        let mut batch = vec![first, refused, after];
+
+        assert!(
+            run_batch(&mut conn, &mut batch, &Weak::new()),
+            "a batch commits"
+        );
+        assert!(batch.is_empty(), "every step was answered");
+        assert!(claimed_row(first_answer).owned_by(&[7; 16]));
+        assert!(claimed_row(after_answer).owned_by(&[7; 16]));
+        let refused = refused_answer.blocking_recv().expect("an answer");
+        assert!(
+            matches!(&refused, Err(err) if format!("{err:?}").contains("refused by the ledger")),
+            "the refused step hears why: {:?}",
+            refused.as_ref().err()
+        );
+        assert_eq!(rows(&path, "first"), 1, "the step before it ran again");
+        assert_eq!(rows(&path, "after-it"), 1, "the step after it committed");
+        assert_eq!(rows(&path, "refused"), 0);
+        assert!(conn.is_autocommit(), "no transaction is left open");
+        drop(conn);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_batch_of_replays_is_answered_without_the_write_lock() {
+        let (dir, path, mut conn) = schema_file("replays");
+        for key in ["done-a", "done-bb"] {
+            let (claiming, answer) = job(claim(key));
+            run_batch(&mut conn, &mut vec![claiming], &Weak::new());
+            let row = claimed_row(answer);
+            let (completing, _) = job(Step::Complete {
+                digest: [key.len() as u8; 32],
+                owner: [7; 16],
+                fence: row.fence_column(),
+                state: "done",
+                json: "1".into(),
+                completed_at: now_millis(),
+                retention: 60_000,
+            });
+            run_batch(&mut conn, &mut vec![completing], &Weak::new());
+        }
+        // Another connection holds the write lock.
+        let writer = Connection::open(&path).expect("another connection");
+        writer
+            .execute_batch("BEGIN IMMEDIATE")
+            .expect("the write lock");
+
+        let (a, a_answer) = job(claim("done-a"));
+        let (b, b_answer) = job(claim("done-bb"));
+        run_batch(&mut conn, &mut vec![a, b], &Weak::new());
+        // Had the batch asked for the write lock, it would have been told
+        // the file is busy: this connection waits for no lock.
+        for answer in [a_answer, b_answer] {
+            let found = claimed_row(answer).found(1, now_millis()).expect("a row");
+            assert!(
+                matches!(
+                    found,
+                    crate::store::durable::Found::Other(crate::store::durable::Row {
+                        state: crate::store::durable::RowState::Completed { .. },
+                        ..
+                    })
+                ),
+                "a replay"
+            );
+        }
+        writer.execute_batch("ROLLBACK").expect("let go");
+        drop((conn, writer));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
