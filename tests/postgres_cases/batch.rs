@@ -264,3 +264,59 @@ pub(super) async fn a_batch_whose_server_is_away_fails_each_caller_once_not_one_
     let took = started.elapsed();
     assert!(took < budget * 4, "took {took:?}");
 }
+
+/// A batch the server refuses for one member's input: each member goes
+/// again alone, all at once, so the free keys are answered while a member
+/// whose key another transaction holds still waits.
+pub(super) async fn members_of_a_refused_batch_go_again_alone_at_once() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let rows = Rows::new(&schema).await;
+    let store = &rows.store;
+    let run = fresh_run();
+    let key = |name: &str| refund_key(&run, name);
+
+    let blocker = key("blocker");
+    rows.hold_claim(&blocker).await;
+    let before = store.sent();
+    let on_the_wire = spawn_claim(store, &blocker, &tool(), 42);
+    until_sent(&**store, before + 1).await;
+    let other = side(&schema).await;
+    let locked = key("locked");
+    hold_new_key(&other, &locked).await;
+    // Postgres's text holds no NUL: the server refuses the whole batch.
+    let refused = spawn_claim(
+        store,
+        &key("refused"),
+        &ToolId::owned("tests::\0refund"),
+        42,
+    );
+    let waits = spawn_claim(store, &locked, &tool(), 42);
+    let free: Vec<_> = (0..4)
+        .map(|i| spawn_claim(store, &key(&format!("free-{i}")), &tool(), 42))
+        .collect();
+    until_waiting(&**store, 6).await;
+    rows.let_go().await;
+    assert!(matches!(
+        on_the_wire.await.expect("task"),
+        Ok(ClaimAnswer::Claimed(_))
+    ));
+
+    for task in free {
+        let answer = tokio::time::timeout(LONG / 360, task)
+            .await
+            .expect("a free key is answered while another member waits on a lock")
+            .expect("task");
+        assert!(matches!(answer, Ok(ClaimAnswer::Claimed(_))), "{answer:?}");
+    }
+    let refused = refused.await.expect("task");
+    assert!(
+        matches!(refused, Err(StoreError::Backend(_))),
+        "{refused:?}"
+    );
+    assert!(!waits.is_finished(), "the locked key still waits");
+    let_go(&other).await;
+    let answer = waits.await.expect("task");
+    assert!(matches!(answer, Ok(ClaimAnswer::Claimed(_))), "{answer:?}");
+}

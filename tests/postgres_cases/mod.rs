@@ -35,6 +35,7 @@ pub fn trials() -> Vec<Trial> {
         batch::many_guarded_calls_coalesced_act_once_per_key,
         batch::a_step_the_server_refuses_fails_only_its_caller,
         batch::a_caller_dropped_while_queued_or_on_the_wire_leaves_no_claim,
+        batch::members_of_a_refused_batch_go_again_alone_at_once,
         measured_latency_of_a_guarded_call_on_the_local_server,
         notify::a_waiter_on_another_connection_is_woken_by_notify_not_by_polling,
         notify::only_a_completion_a_waiter_marked_notifies,

@@ -136,8 +136,10 @@ pub(super) async fn claims(
         }
         return;
     }
-    // In key order, so that two batches lock the rows they share in the
-    // same order.
+    // In key order: the insertions of two batches take the keys they share
+    // in the same order. (A takeover's update locks its rows in whatever
+    // order the server joins them, so two batches can still deadlock; the
+    // server then fails one, and its members go again alone.)
     batch.sort_by_key(|m| m.ask.digest);
     let asks: Vec<&ClaimAsk> = batch.iter().map(|m| &m.ask).collect();
     let digests: Vec<&[u8]> = asks.iter().map(|a| a.digest.as_slice()).collect();
@@ -170,11 +172,15 @@ pub(super) async fn claims(
         }
         Err((error, false)) => return unreached(batch, error),
         Err((_, true)) => {
-            // One member's input may have failed them all: each alone.
-            for member in batch {
-                let answer = claim_one(&store, &member.ask).await;
+            // One member's input may have failed them all: each alone, all
+            // at once, so that one that waits (on a lock, a timeout) again
+            // holds up none of the others.
+            let store = &store;
+            futures_util::future::join_all(batch.into_iter().map(|member| async move {
+                let answer = claim_one(store, &member.ask).await;
                 member.answer(answer);
-            }
+            }))
+            .await;
             return;
         }
     }
@@ -302,10 +308,13 @@ pub(super) async fn completions(
             }
         }
         Err(_) => {
-            for member in batch {
-                let answer = complete_one(&store, &member.ask).await;
+            // Each alone, all at once, as claims go.
+            let store = &store;
+            futures_util::future::join_all(batch.into_iter().map(|member| async move {
+                let answer = complete_one(store, &member.ask).await;
                 member.answer(answer);
-            }
+            }))
+            .await;
         }
     }
 }
@@ -315,11 +324,17 @@ pub(super) async fn completions(
 /// wait as long again).
 fn unreached<R, T>(batch: Vec<Member<R, StoreResult<T>>>, error: StoreError) {
     let said = error.to_string();
+    // Every member is told the same kind of error: a copy of the first's.
+    let backend = matches!(error, StoreError::Backend(_));
     let mut error = Some(error);
     for member in batch {
-        let own = error
-            .take()
-            .unwrap_or_else(|| StoreError::Unavailable(said.clone().into()));
+        let own = error.take().unwrap_or_else(|| {
+            if backend {
+                StoreError::Backend(said.clone().into())
+            } else {
+                StoreError::Unavailable(said.clone().into())
+            }
+        });
         member.answer(Err(own));
     }
 }
