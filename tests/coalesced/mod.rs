@@ -115,6 +115,30 @@ pub fn tool() -> ToolId {
     TOOL.clone()
 }
 
+/// Claims `queued-0` to `queued-{n-1}` of `run`, each on a task of its own.
+pub fn spawn_queued<S: Store + 'static>(
+    store: &Arc<S>,
+    run: &idempotent_tools::Run,
+    n: usize,
+) -> Vec<JoinHandle<StoreResult<ClaimAnswer>>> {
+    (0..n)
+        .map(|i| spawn_claim(store, &refund_key(run, &format!("queued-{i}")), &tool(), 42))
+        .collect()
+}
+
+/// Waits for each claim, which must find the store unavailable.
+pub async fn each_unavailable(
+    tasks: impl IntoIterator<Item = JoinHandle<StoreResult<ClaimAnswer>>>,
+) {
+    for task in tasks {
+        let answer = task.await.expect("task");
+        assert!(
+            matches!(answer, Err(StoreError::Unavailable(_))),
+            "{answer:?}"
+        );
+    }
+}
+
 /// What a spawned claim came to.
 async fn claim_answer(task: JoinHandle<StoreResult<ClaimAnswer>>) -> StoreResult<ClaimAnswer> {
     task.await.expect("the claim's task")

@@ -240,26 +240,11 @@ pub(super) async fn a_batch_whose_server_is_away_fails_each_caller_once_not_one_
     let run = fresh_run();
     let started = std::time::Instant::now();
     let first = spawn_claim(&store, &refund_key(&run, "first"), &tool(), 42);
-    let queued: Vec<_> = (0..3)
-        .map(|i| {
-            spawn_claim(
-                &store,
-                &refund_key(&run, &format!("queued-{i}")),
-                &tool(),
-                42,
-            )
-        })
-        .collect();
+    let queued = coalesced::spawn_queued(&store, &run, 3);
     tokio::time::timeout(budget * 4, until_waiting(&*store, 3))
         .await
         .expect("the three queue behind the first while it tries");
-    for task in std::iter::once(first).chain(queued) {
-        let answer = task.await.expect("task");
-        assert!(
-            matches!(answer, Err(StoreError::Unavailable(_))),
-            "{answer:?}"
-        );
-    }
+    coalesced::each_unavailable(std::iter::once(first).chain(queued)).await;
     // The first alone, then the three together: two budgets, not five.
     let took = started.elapsed();
     assert!(took < budget * 4, "took {took:?}");

@@ -15,7 +15,7 @@ use idempotent_tools::call::{Key, ToolId};
 use idempotent_tools::records::Records;
 use idempotent_tools::store::redis::RedisStoreBuilder;
 use idempotent_tools::store::redis::redis;
-use idempotent_tools::store::{Claim, ClaimAnswer, Completion, Store, StoreError};
+use idempotent_tools::store::{Claim, ClaimAnswer, Completion, Store};
 use idempotent_tools_testing::conformance::kit::{done, fresh_run, refund_key};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -295,27 +295,12 @@ pub async fn a_pipeline_whose_connection_breaks_goes_again_together_not_one_by_o
     let before = store.round_trips();
     let first = spawn_claim(&store, &refund_key(&run, "first"), &tool(), 42);
     until_sent(&*store, before + 1).await;
-    let queued: Vec<_> = (0..5)
-        .map(|i| {
-            spawn_claim(
-                &store,
-                &refund_key(&run, &format!("queued-{i}")),
-                &tool(),
-                42,
-            )
-        })
-        .collect();
+    let queued = coalesced::spawn_queued(&store, &run, 5);
     until_waiting(&*store, 5).await;
 
     let started = std::time::Instant::now();
     gate.cut();
-    for task in std::iter::once(first).chain(queued) {
-        let answer = task.await.expect("task");
-        assert!(
-            matches!(answer, Err(StoreError::Unavailable(_))),
-            "{answer:?}"
-        );
-    }
+    coalesced::each_unavailable(std::iter::once(first).chain(queued)).await;
     // The first alone, then the five of the pipeline again together: two
     // budgets, not six.
     let took = started.elapsed();
