@@ -82,7 +82,7 @@ impl Batches for PostgresStore {
 }
 
 /// A connection of the test's own in the schema.
-async fn side(schema: &Schema) -> Client {
+pub(super) async fn side(schema: &Schema) -> Client {
     let (client, connection) = schema.config().connect(NoTls).await.expect("connect");
     tokio::spawn(connection);
     client
@@ -90,7 +90,7 @@ async fn side(schema: &Schema) -> Client {
 
 /// Inserts a held row for `key` in a transaction left open: a claim on the
 /// key waits for it. `let_go` rolls it back.
-async fn hold_new_key(client: &Client, key: &Key) {
+pub(super) async fn hold_new_key(client: &Client, key: &Key) {
     client.batch_execute("BEGIN").await.expect("begin");
     client
         .execute(
@@ -118,7 +118,7 @@ async fn lock_row(client: &Client, key: &Key) {
     assert_eq!(locked, 1);
 }
 
-async fn let_go(client: &Client) {
+pub(super) async fn let_go(client: &Client) {
     client.batch_execute("ROLLBACK").await.expect("rollback");
 }
 

@@ -53,6 +53,7 @@ pub fn trials() -> Vec<Trial> {
         errors::a_deadlock_on_a_completion_is_tried_again_and_recorded,
         outage::a_call_made_while_the_server_is_away_goes_through_once_it_is_back,
         outage::a_claim_whose_reply_was_lost_finds_its_claim_its_own_when_sent_again,
+        outage::a_batch_whose_reply_was_lost_finds_each_claim_its_own_when_sent_again,
         transactions::a_duplicate_waits_for_the_commit_and_replays_the_committed_result,
         transactions::a_failing_action_leaves_no_write_and_a_retry_acts_once,
         transactions::a_stale_holder_whose_claim_was_taken_over_has_its_write_rolled_back,

@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use idempotent_tools::PostgresStore;
@@ -21,6 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, Semaphore};
 
 use crate::Schema;
+use crate::coalesced;
 
 /// A proxy to the server that can be taken down and brought back.
 struct Proxy {
@@ -29,9 +30,9 @@ struct Proxy {
     cut: Arc<Notify>,
     /// One permit per connection turned away while down.
     turned_away: Arc<Semaphore>,
-    /// Armed, the next reply to a statement's execution is dropped, and its
-    /// connection cut.
-    swallow: Arc<AtomicBool>,
+    /// How many replies to a statement's execution go through before one is
+    /// dropped and its connection cut, plus one; 0 when none is to be.
+    swallow: Arc<AtomicUsize>,
     swallowed: Arc<Notify>,
 }
 
@@ -42,7 +43,7 @@ impl Proxy {
         let up = Arc::new(AtomicBool::new(true));
         let cut = Arc::new(Notify::new());
         let turned_away = Arc::new(Semaphore::new(0));
-        let (swallow, swallowed) = (Arc::new(AtomicBool::new(false)), Arc::new(Notify::new()));
+        let (swallow, swallowed) = (Arc::new(AtomicUsize::new(0)), Arc::new(Notify::new()));
         let (up_, cut_, turned_away_) = (up.clone(), cut.clone(), turned_away.clone());
         let (swallow_, swallowed_) = (swallow.clone(), swallowed.clone());
         tokio::spawn(async move {
@@ -67,7 +68,11 @@ impl Proxy {
                             };
                             // An execution's reply begins with `BindComplete`
                             // ('2'); a statement's preparation, with '1'.
-                            if buf[0] == b'2' && swallow.swap(false, Ordering::SeqCst) {
+                            if buf[0] == b'2'
+                                && swallow.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                                    n.checked_sub(1)
+                                }) == Ok(1)
+                            {
                                 swallowed.notify_one();
                                 return;
                             }
@@ -94,10 +99,11 @@ impl Proxy {
         }
     }
 
-    /// Drops the next reply to a statement's execution, which the server
-    /// ran, and cuts its connection: a reply lost on the way back.
-    fn swallow_next_reply(&self) {
-        self.swallow.store(true, Ordering::SeqCst);
+    /// Drops the `nth` reply to a statement's execution from now (1: the
+    /// next), which the server ran, and cuts its connection: a reply lost on
+    /// the way back.
+    fn swallow_reply(&self, nth: usize) {
+        self.swallow.store(nth, Ordering::SeqCst);
     }
 
     /// Closes every connection and turns new ones away.
@@ -135,6 +141,18 @@ async fn through_within(
     proxy: &Proxy,
     reconnect_within: Duration,
 ) -> PostgresStore {
+    through_with(schema, proxy, |builder| {
+        builder.reconnect_within(reconnect_within)
+    })
+    .await
+}
+
+/// [`through`], with the builder's options set by `options`.
+async fn through_with(
+    schema: &Schema,
+    proxy: &Proxy,
+    options: impl FnOnce(PostgresStoreBuilder) -> PostgresStoreBuilder,
+) -> PostgresStore {
     let config = schema.config();
     schema
         .store_with(|_| {
@@ -150,9 +168,7 @@ async fn through_within(
             if let Some(options) = config.get_options() {
                 through.options(options);
             }
-            PostgresStoreBuilder::from_config(through)
-                .without_listener()
-                .reconnect_within(reconnect_within)
+            options(PostgresStoreBuilder::from_config(through).without_listener())
         })
         .await
 }
@@ -326,7 +342,7 @@ pub(super) async fn a_claim_whose_reply_was_lost_finds_its_claim_its_own_when_se
     let store = through(&schema, &proxy).await;
     let run = fresh_run();
     let key = refund_key(&run, "reply-lost");
-    proxy.swallow_next_reply();
+    proxy.swallow_reply(1);
     let hour = Duration::from_secs(3600);
     let answer = tokio::time::timeout(PATIENCE, store.claim(request(&key, hour)))
         .await
@@ -343,4 +359,48 @@ pub(super) async fn a_claim_whose_reply_was_lost_finds_its_claim_its_own_when_se
         .complete(&claim, kit::done("1"))
         .await
         .expect("the claim completes under its fence");
+}
+
+/// The same for a batch of claims: the batch's reply is lost, the statement
+/// runs again on another connection, and each member finds its claim its
+/// own.
+pub(super) async fn a_batch_whose_reply_was_lost_finds_each_claim_its_own_when_sent_again() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let proxy = Proxy::start(super::round_trips::upstream(&schema.config())).await;
+    let store = Arc::new(
+        through_with(&schema, &proxy, |builder| {
+            builder.reconnect_within(PATIENCE).coalesce_in_flight(1)
+        })
+        .await,
+    );
+    let side = super::batch::side(&schema).await;
+    let run = fresh_run();
+    let blocker = refund_key(&run, "blocker");
+    super::batch::hold_new_key(&side, &blocker).await;
+    let before = store.statements();
+    let on_the_wire = coalesced::spawn_claim(&store, &blocker, &coalesced::tool(), 42);
+    coalesced::until_sent(&*store, before + 1).await;
+    let queued = coalesced::spawn_queued(&store, &run, 3);
+    coalesced::until_waiting(&*store, 3).await;
+    // The claim on the wire is answered; the batch's reply, the next, is
+    // lost.
+    proxy.swallow_reply(2);
+    super::batch::let_go(&side).await;
+    let answer = on_the_wire.await.expect("task");
+    assert!(matches!(answer, Ok(ClaimAnswer::Claimed(_))), "{answer:?}");
+    for task in queued {
+        let answer = tokio::time::timeout(PATIENCE, task)
+            .await
+            .expect("the batch answers at once")
+            .expect("task");
+        let Ok(ClaimAnswer::Claimed(claim)) = answer else {
+            panic!("each claim is the caller's own: {answer:?}");
+        };
+        assert_eq!(claim.fence, 1, "one claim, made once");
+    }
+    tokio::time::timeout(PATIENCE, proxy.swallowed.notified())
+        .await
+        .expect("the batch's first reply was lost");
 }
