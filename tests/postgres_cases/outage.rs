@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use idempotent_tools::PostgresStore;
+use idempotent_tools::records::Records;
 use idempotent_tools::store::postgres::PostgresStoreBuilder;
 use idempotent_tools::store::postgres::tokio_postgres::Config;
-use idempotent_tools::records::Records;
 use idempotent_tools::store::{ClaimAnswer, Store};
 use idempotent_tools_testing::conformance::kit::{
     self, CountingProvider as Provider, PATIENCE, RefundError, fresh_run, refund_call, refund_key,
