@@ -262,13 +262,7 @@ fn answer_replays(conn: &Connection, batch: &mut Vec<Job>) {
             continue;
         };
         let now = now_millis();
-        let finished = conn
-            .prepare_cached(sql::PEEK_COMPLETED)
-            .and_then(|mut peek| {
-                peek.query_row(params![digest.as_slice(), now], read_returned)
-                    .optional()
-            });
-        match finished {
+        match peek_completed(conn, digest, now) {
             Ok(Some(finished)) => {
                 let _ = job.reply.send(Ok(Done::Claimed(finished, now, Undo(None))));
             }
@@ -360,7 +354,7 @@ fn run_alone(
     let Some(job) = batch.pop() else {
         return false;
     };
-    let mut outcome = run_step(conn, &job.step).map_err(store_error);
+    let mut outcome = run_step(conn, &job.step, true).map_err(store_error);
     arm(&job.step, &mut outcome, requeue);
     let _ = job.reply.send(outcome);
     true
@@ -381,6 +375,18 @@ fn arm(step: &Step, outcome: &mut StoreResult<Done>, requeue: &Weak<mpsc::Sender
     }
 }
 
+/// The completed, unexpired row for `digest` at `now`, if there is one:
+/// a replay's read.
+fn peek_completed(
+    conn: &Connection,
+    digest: &[u8; 32],
+    now: i64,
+) -> rusqlite::Result<Option<Returned>> {
+    conn.prepare_cached(sql::PEEK_COMPLETED)?
+        .query_row(params![digest.as_slice(), now], read_returned)
+        .optional()
+}
+
 /// Runs a statement without parameters, prepared once per connection.
 fn execute(conn: &Connection, statement: &str) -> rusqlite::Result<usize> {
     conn.prepare_cached(statement)?.execute([])
@@ -395,7 +401,7 @@ fn in_savepoint(conn: &Connection, step: &Step) -> StoreResult<Done> {
         let _ = execute(conn, "RELEASE step");
         Err(store_error(err))
     };
-    match run_step(conn, step) {
+    match run_step(conn, step, false) {
         Ok(done) => match execute(conn, "RELEASE step") {
             Ok(_) => Ok(done),
             Err(err) => undone(err),
@@ -404,7 +410,7 @@ fn in_savepoint(conn: &Connection, step: &Step) -> StoreResult<Done> {
     }
 }
 
-fn run_step(conn: &Connection, step: &Step) -> rusqlite::Result<Done> {
+fn run_step(conn: &Connection, step: &Step, read_first: bool) -> rusqlite::Result<Done> {
     match step {
         Step::Claim {
             digest,
@@ -417,12 +423,14 @@ fn run_step(conn: &Connection, step: &Step) -> rusqlite::Result<Done> {
         } => {
             let now = now_millis();
             // A completed record stays finished until it expires, so a read
-            // may answer a replay: it writes nothing, and a batch of
-            // replays commits without a flush.
-            let finished = conn
-                .prepare_cached(sql::PEEK_COMPLETED)?
-                .query_row(params![digest.as_slice(), now], read_returned)
-                .optional()?;
+            // may answer a replay: it writes nothing. In a batch that read
+            // was made before the transaction ([`answer_replays`]); the
+            // claim statement returns a completed row as it finds it anyway.
+            let finished = if read_first {
+                peek_completed(conn, digest, now)?
+            } else {
+                None
+            };
             let returned = match finished {
                 Some(finished) => finished,
                 None => conn.prepare_cached(sql::CLAIM)?.query_row(
