@@ -195,6 +195,65 @@ FROM existing e JOIN asks a ON a.i = e.i
 WHERE NOT EXISTS (SELECT 1 FROM mine m WHERE m.i = e.i)",
 };
 
+/// A completion statement from its `done` step (and any steps before it)
+/// and the columns it returns before the notification: as it commits by
+/// default (`flushed`), or committed without waiting for the WAL flush
+/// (`unflushed`). The text of both comes from one place.
+macro_rules! completion {
+    (flushed, $ctes:expr, $columns:literal) => {
+        concat!("WITH ", $ctes, completion!(@select $columns), "\nFROM done")
+    };
+    (unflushed, $ctes:expr, $columns:literal) => {
+        concat!(
+            "WITH unflushed AS (\n    SELECT set_config('synchronous_commit', 'off', true)\n),\n",
+            $ctes,
+            completion!(@select $columns),
+            "\nFROM done, unflushed"
+        )
+    };
+    (@select $columns:literal) => {
+        concat!(
+            "\nSELECT ",
+            $columns,
+            "CASE WHEN waiting THEN pg_notify($8::text, encode(key_digest, 'hex')) END"
+        )
+    };
+}
+
+/// [`COMPLETE`]'s steps.
+macro_rules! complete_one_ctes {
+    () => {
+        "\
+done AS (
+    UPDATE idempotent_claims
+    SET state = $4, result = $5, completed_at = $6, lease_until = NULL,
+        expires_at = now() + $7::bigint * interval '1 millisecond'
+    WHERE key_digest = $1 AND owner = $2 AND fence = $3
+    RETURNING key_digest, waiting
+)"
+    };
+}
+
+/// [`COMPLETE_MANY`]'s steps.
+macro_rules! complete_many_ctes {
+    () => {
+        "\
+asks AS (
+    SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bigint[], $4::text[], $5::text[],
+                         $6::timestamptz[], $7::bigint[])
+        AS a(digest, owner, fence, state, result, completed_at, retention)
+),
+done AS (
+    UPDATE idempotent_claims AS c
+    SET state = a.state, result = a.result, completed_at = a.completed_at, lease_until = NULL,
+        expires_at = now() + a.retention * interval '1 millisecond'
+    FROM asks a
+    WHERE c.key_digest = a.digest AND c.owner = a.owner AND c.fence = a.fence
+    RETURNING c.key_digest, c.waiting
+)"
+    };
+}
+
 /// Completes a claim held by this owner at this fence. Completing it again
 /// (a retry after a reply that was lost) finds it done by the same owner and
 /// fence and writes the same record: nobody else can hold that pair.
@@ -209,35 +268,14 @@ WHERE NOT EXISTS (SELECT 1 FROM mine m WHERE m.i = e.i)",
 /// `$6` completed at, `$7` retention, `$8` the [`NOTIFY_CHANNEL`].
 pub(super) const COMPLETE: Statement = Statement {
     name: "complete",
-    sql: "\
-WITH done AS (
-    UPDATE idempotent_claims
-    SET state = $4, result = $5, completed_at = $6, lease_until = NULL,
-        expires_at = now() + $7::bigint * interval '1 millisecond'
-    WHERE key_digest = $1 AND owner = $2 AND fence = $3
-    RETURNING key_digest, waiting
-)
-SELECT CASE WHEN waiting THEN pg_notify($8::text, encode(key_digest, 'hex')) END
-FROM done",
+    sql: completion!(flushed, complete_one_ctes!(), ""),
 };
 
 /// [`COMPLETE`], committed without waiting for the WAL flush
 /// ([`PostgresStoreBuilder::asynchronous_completions`](super::PostgresStoreBuilder::asynchronous_completions)).
 pub(super) const COMPLETE_ASYNC: Statement = Statement {
     name: "complete",
-    sql: "\
-WITH unflushed AS (
-    SELECT set_config('synchronous_commit', 'off', true)
-),
-done AS (
-    UPDATE idempotent_claims
-    SET state = $4, result = $5, completed_at = $6, lease_until = NULL,
-        expires_at = now() + $7::bigint * interval '1 millisecond'
-    WHERE key_digest = $1 AND owner = $2 AND fence = $3
-    RETURNING key_digest, waiting
-)
-SELECT CASE WHEN waiting THEN pg_notify($8::text, encode(key_digest, 'hex')) END
-FROM done, unflushed",
+    sql: completion!(unflushed, complete_one_ctes!(), ""),
 };
 
 /// [`COMPLETE`] for several claims in one statement, one per array element
@@ -247,47 +285,14 @@ FROM done, unflushed",
 /// [`COMPLETE`] does.
 pub(super) const COMPLETE_MANY: Statement = Statement {
     name: "complete",
-    sql: "\
-WITH asks AS (
-    SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bigint[], $4::text[], $5::text[],
-                         $6::timestamptz[], $7::bigint[])
-        AS a(digest, owner, fence, state, result, completed_at, retention)
-),
-done AS (
-    UPDATE idempotent_claims AS c
-    SET state = a.state, result = a.result, completed_at = a.completed_at, lease_until = NULL,
-        expires_at = now() + a.retention * interval '1 millisecond'
-    FROM asks a
-    WHERE c.key_digest = a.digest AND c.owner = a.owner AND c.fence = a.fence
-    RETURNING c.key_digest, c.waiting
-)
-SELECT key_digest, CASE WHEN waiting THEN pg_notify($8::text, encode(key_digest, 'hex')) END
-FROM done",
+    sql: completion!(flushed, complete_many_ctes!(), "key_digest, "),
 };
 
 /// [`COMPLETE_MANY`], committed without waiting for the WAL flush, as
 /// [`COMPLETE_ASYNC`].
 pub(super) const COMPLETE_MANY_ASYNC: Statement = Statement {
     name: "complete",
-    sql: "\
-WITH unflushed AS (
-    SELECT set_config('synchronous_commit', 'off', true)
-),
-asks AS (
-    SELECT * FROM unnest($1::bytea[], $2::bytea[], $3::bigint[], $4::text[], $5::text[],
-                         $6::timestamptz[], $7::bigint[])
-        AS a(digest, owner, fence, state, result, completed_at, retention)
-),
-done AS (
-    UPDATE idempotent_claims AS c
-    SET state = a.state, result = a.result, completed_at = a.completed_at, lease_until = NULL,
-        expires_at = now() + a.retention * interval '1 millisecond'
-    FROM asks a
-    WHERE c.key_digest = a.digest AND c.owner = a.owner AND c.fence = a.fence
-    RETURNING c.key_digest, c.waiting
-)
-SELECT key_digest, CASE WHEN waiting THEN pg_notify($8::text, encode(key_digest, 'hex')) END
-FROM done, unflushed",
+    sql: completion!(unflushed, complete_many_ctes!(), "key_digest, "),
 };
 
 /// Releases a claim; notifies only a row a waiter marked, as [`COMPLETE`].
