@@ -142,9 +142,13 @@ async fn drop_prefix(scope: Scope) {
 }
 
 /// A store on a `redis-server` of the case's own, for the restart cases.
+/// It coalesces its steps into pipelines, so that the pipelines' path meets
+/// a real restart here; `redis_cases::restart` restarts the store as it is
+/// by default.
 async fn on_a_server_of_its_own(_scope: Scope) -> (RedisStore, Server) {
     let server = Server::start().expect("`redis-server` on the PATH (Server::can_start said so)");
     let store = RedisStore::builder(server.url())
+        .coalesce(true)
         .connect()
         .await
         .expect("a store");
