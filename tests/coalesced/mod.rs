@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 pub const LONG: Duration = Duration::from_secs(3600);
 
 /// What a coalescing store counts of its batches.
-pub trait Batches {
+pub trait BatchCounts {
     /// How many batches the store has sent (statements, round trips).
     fn sent(&self) -> u64;
 
@@ -37,7 +37,7 @@ pub trait Batches {
 /// How a store's cases hold a batch on the wire.
 pub trait Wire {
     /// The store, built to put one batch of a kind on the wire at a time.
-    type Store: Store + Records + Batches + 'static;
+    type Store: Store + Records + BatchCounts + 'static;
 
     /// The store under test.
     fn store(&self) -> &Arc<Self::Store>;
@@ -61,14 +61,14 @@ pub trait Wire {
 }
 
 /// Waits until `n` steps queue behind the batch on the wire.
-pub async fn until_waiting(store: &impl Batches, n: usize) {
+pub async fn until_waiting(store: &impl BatchCounts, n: usize) {
     while store.waiting() < n {
         tokio::task::yield_now().await;
     }
 }
 
 /// Waits until the store has sent `n` batches.
-pub async fn until_sent(store: &impl Batches, n: u64) {
+pub async fn until_sent(store: &impl BatchCounts, n: u64) {
     while store.sent() < n {
         tokio::task::yield_now().await;
     }

@@ -19,7 +19,9 @@ use idempotent_tools_testing::conformance::kit::{
 };
 
 use crate::Schema;
-use crate::coalesced::{self, Batches, LONG, Wire, spawn_claim, tool, until_sent, until_waiting};
+use crate::coalesced::{
+    self, BatchCounts, LONG, Wire, spawn_claim, tool, until_sent, until_waiting,
+};
 
 /// A store that puts one batch of a kind on the wire at a time, and a
 /// connection of the test's own that holds rows.
@@ -71,7 +73,7 @@ impl Wire for Rows {
     }
 }
 
-impl Batches for PostgresStore {
+impl BatchCounts for PostgresStore {
     fn sent(&self) -> u64 {
         self.statements()
     }

@@ -21,7 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
-use crate::coalesced::{self, Batches, Wire, spawn_claim, tool, until_sent, until_waiting};
+use crate::coalesced::{self, BatchCounts, Wire, spawn_claim, tool, until_sent, until_waiting};
 use crate::{Prefixed, admin};
 
 /// A TCP proxy in front of the server whose gate, closed, holds what the
@@ -193,7 +193,7 @@ impl Wire for Gated {
     }
 }
 
-impl Batches for RedisStore {
+impl BatchCounts for RedisStore {
     fn sent(&self) -> u64 {
         self.round_trips()
     }
