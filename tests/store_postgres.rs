@@ -152,12 +152,15 @@ async fn drop_schema(scope: Scope) {
 }
 
 /// A store on a Postgres server of the case's own, for the restart cases.
+/// One batch of a kind goes at a time, so that calls made while the server
+/// is away queue and go together: the batched statements meet the restart.
 async fn on_a_server_of_its_own(_scope: Scope) -> (PostgresStore, Server) {
     let server = tokio::task::spawn_blocking(Server::start)
         .await
         .expect("the server's start")
         .expect("Postgres's programs (Server::can_start said so)");
     let store = PostgresStore::builder(&server.url())
+        .coalesce_in_flight(1)
         .connect_lazy()
         .expect("a store");
     store.migrate().await.expect("migrate");
