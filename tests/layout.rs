@@ -6,6 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
+#[path = "layout/files.rs"]
+mod files;
+
 fn runtime_src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/src")
 }
@@ -155,4 +158,101 @@ fn the_root_names_what_a_tool_author_writes() {
     // modules `call`, `store` and `records`; `rig` and `rmcp` are the
     // framework adapters' modules.
     assert_eq!(names, expected);
+}
+
+fn crate_src(package: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(package)
+        .join("src")
+}
+
+#[test]
+fn no_two_files_import_each_other() {
+    let mut found = Vec::new();
+    for package in ["runtime", "testing"] {
+        let graph = files::Graph::read(&crate_src(package));
+        let circles = files::circles(&graph.edges);
+        let shown: Vec<String> = circles
+            .iter()
+            .map(|group| {
+                let names: Vec<String> = group
+                    .iter()
+                    .map(|f| {
+                        let to: Vec<String> = graph.edges[f]
+                            .iter()
+                            .filter(|(t, _)| group.contains(t))
+                            .map(|(t, why)| format!("{} ({why})", t.display()))
+                            .collect();
+                        format!("{} -> [{}]", f.display(), to.join(", "))
+                    })
+                    .collect();
+                format!("{{{}}}", names.join("; "))
+            })
+            .collect();
+        if !circles.is_empty() {
+            found.push(format!(
+                "files of `{package}/src` that import one another:\n{}",
+                shown.join("\n")
+            ));
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+/// A source file's lines before its unit tests.
+fn lines_before_tests(text: &str) -> usize {
+    let end = text.find("#[cfg(test)]\nmod tests").unwrap_or(text.len());
+    text[..end].lines().count()
+}
+
+#[test]
+fn each_source_file_holds_one_job_and_stays_short() {
+    const MOST: usize = 480;
+    let mut long = Vec::new();
+    for package in ["runtime", "testing"] {
+        let mut files = Vec::new();
+        rust_files(&crate_src(package), &mut files);
+        for file in files {
+            let text = fs::read_to_string(&file).expect("read a source file");
+            let lines = lines_before_tests(&text);
+            if lines > MOST {
+                long.push(format!("{} ({lines} lines)", file.display()));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "over {MOST} lines before their unit tests: split them by job:\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn the_guard_names_no_durable_store() {
+    let mut files = Vec::new();
+    rust_files(&runtime_src().join("guard"), &mut files);
+    for file in files {
+        let code = code(&fs::read_to_string(&file).expect("read a source file"));
+        for store in [
+            "SqliteStore",
+            "PostgresStore",
+            "RedisStore",
+            "sqlite_store",
+            "postgres_store",
+            "redis_store",
+            "store::sqlite",
+            "store::postgres",
+            "store::redis",
+            "store::durable",
+            "rusqlite",
+            "tokio_postgres",
+        ] {
+            assert!(
+                !code.contains(store),
+                "{} names `{store}`: a store's part of the guard's work belongs in the \
+                 store's folder, behind a seam in `store`",
+                file.display()
+            );
+        }
+    }
 }

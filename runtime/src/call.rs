@@ -8,11 +8,11 @@
 
 pub use crate::fingerprint::{Fingerprint, FingerprintBuilder, FingerprintError};
 pub use crate::guard::Call;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub use crate::guard::{TransactionFuture, TransactionalStore};
 pub use crate::key::{Key, KeyBuilder, KeyError, KeyPartWriter, KeyTextProblem, PROVIDER_KEY_MAX};
 pub use crate::outcome::{
     ConflictReason, DEFAULT_CONFLICT_NOTE, DEFAULT_REPLAY_NOTE, OTHER_TOOL_NOTE, ToolOutput,
 };
 pub use crate::policy::{DEFAULT_LEASE, DEFAULT_RETENTION, DEFAULT_WAIT, Policy, Takeover};
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub use crate::store::transaction::{TransactionFuture, TransactionalStore};
 pub use crate::tool::ToolId;

@@ -14,12 +14,29 @@
 //! that key gets back as an [`Outcome::Replay`]. A failed action
 //! **releases** the claim so a retry acts again.
 //!
-//! In the source, `key` and `fingerprint` name and digest the ask, `guard`
-//! runs the claim, the action and the completion, `store` keeps the claims
-//! and records, `record` is what a finished action leaves behind, and
-//! `observe` emits its traces and metrics. The public modules are doors for
-//! their readers: [`call`], [`store`] and [`records`]; the test kit is the
-//! `idempotent-tools-testing` crate.
+//! # The house
+//!
+//! In the source, imports run one way, downwards through this list:
+//!
+//! - `__private` and `adapters`: what the attribute expands into, and the
+//!   rig and rmcp adapters; they call the guard;
+//! - `guard`: the claim, the action and the completion of one call. It
+//!   speaks to every store through the [`Store`](store::Store) trait and,
+//!   for an action in the store's own transaction, through the seam in
+//!   `store/transaction.rs`; it names no durable store;
+//! - `store`: the trait and its vocabulary (`claim`, `record`, `records`,
+//!   `error`) at its top, then one folder per store (`memory`, `sqlite`,
+//!   `postgres`, `redis`) over their shared core (`durable`). A store's
+//!   `transaction.rs` is its half of a call in a transaction. Between
+//!   the guard and the stores sit `error` (what a caller is told) and
+//!   `observe` (traces and metrics);
+//! - `key`, `fingerprint`, `run`, `outcome`, `policy`, `tool`: the
+//!   vocabulary of an ask and its answer.
+//!
+//! Within a folder, its `mod.rs` holds what its files share, and the files
+//! import one another one way: no two files import each other, a test holds
+//! it. The public modules are doors for their readers: [`call`], [`store`]
+//! and [`records`]; the test kit is the `idempotent-tools-testing` crate.
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]

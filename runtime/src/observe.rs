@@ -27,7 +27,7 @@ use tracing::{Level, Span};
 use crate::error::Error;
 use crate::outcome::ConflictReason;
 use crate::run::Run;
-use crate::store::records::RecordState;
+use crate::store::record::RecordState;
 use crate::store::{Store, StoreError, default_store};
 use crate::tool::ToolId;
 

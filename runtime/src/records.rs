@@ -8,7 +8,8 @@
 //! command-line tool's output, metrics and traces.
 
 pub use crate::store::purger::{Purger, PurgerError};
+pub use crate::store::record::RecordState;
 pub use crate::store::records::{
     DEFAULT_PAGE, Forget, MAX_PAGE, PurgedBatch, Record, RecordCount, RecordPage, RecordQuery,
-    RecordState, Records,
+    Records,
 };

@@ -83,7 +83,7 @@ pub mod storm;
 mod tools;
 
 pub use assert::{assert_one_action, assert_same_key_for_same_ask};
-pub use model::{ScriptedModel, ToolCall, Turn};
+pub use model::{ScriptedModel, ToolCall, ToolResult, Turn};
 pub use provider::{DEFAULT_DELAY, Provider, ProviderError, Received, Refund};
-pub use runner::{Concurrency, Runner, ToolResult, Transcript};
+pub use runner::{Concurrency, Runner, Transcript};
 pub use tools::Tools;

@@ -6,8 +6,6 @@ use serde_json::Value;
 
 use idempotent_tools::CallId;
 
-use super::runner::ToolResult;
-
 /// One tool call the model makes: an id, the tool's name and its JSON
 /// arguments, as a framework hands them to a tool.
 ///
@@ -141,5 +139,37 @@ impl ScriptedModel {
             }
         }
         Turn::Text(self.answer.clone())
+    }
+}
+
+/// One tool call and what came back: the call, and the result the model
+/// was handed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    /// The call.
+    pub call: ToolCall,
+    /// The tool's result as JSON, or the error text the model read instead.
+    pub output: Result<Value, String>,
+}
+
+impl ToolResult {
+    /// What the model reads: the result, or `{"error": "..."}`.
+    pub fn seen_by_model(&self) -> Value {
+        match &self.output {
+            Ok(value) => value.clone(),
+            Err(error) => serde_json::json!({ "error": error }),
+        }
+    }
+
+    /// The `status` of a guarded tool's [`Outcome`](idempotent_tools::Outcome):
+    /// `fresh`, `replay` or `conflict`. `None` for an error or a tool that
+    /// returns something else.
+    pub fn status(&self) -> Option<&str> {
+        self.output.as_ref().ok()?.get("status")?.as_str()
+    }
+
+    /// The note a replay or a conflict carried to the model.
+    pub fn note(&self) -> Option<&str> {
+        self.output.as_ref().ok()?.get("note")?.as_str()
     }
 }

@@ -9,7 +9,7 @@ use tokio::task::JoinSet;
 
 use idempotent_tools::Run;
 
-use super::model::{ScriptedModel, ToolCall, Turn};
+use super::model::{ScriptedModel, ToolCall, ToolResult, Turn};
 use super::tools::Tools;
 
 /// How the calls of one step run at the same time.
@@ -23,38 +23,6 @@ pub enum Concurrency {
     /// Each in its own spawned task, so on a multi-thread runtime they also
     /// run in parallel, as in a Rust agent framework that spawns tool calls.
     Spawned,
-}
-
-/// One tool call and what came back: the call, and the result the model
-/// was handed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolResult {
-    /// The call.
-    pub call: ToolCall,
-    /// The tool's result as JSON, or the error text the model read instead.
-    pub output: Result<Value, String>,
-}
-
-impl ToolResult {
-    /// What the model reads: the result, or `{"error": "..."}`.
-    pub fn seen_by_model(&self) -> Value {
-        match &self.output {
-            Ok(value) => value.clone(),
-            Err(error) => serde_json::json!({ "error": error }),
-        }
-    }
-
-    /// The `status` of a guarded tool's [`Outcome`](idempotent_tools::Outcome):
-    /// `fresh`, `replay` or `conflict`. `None` for an error or a tool that
-    /// returns something else.
-    pub fn status(&self) -> Option<&str> {
-        self.output.as_ref().ok()?.get("status")?.as_str()
-    }
-
-    /// The note a replay or a conflict carried to the model.
-    pub fn note(&self) -> Option<&str> {
-        self.output.as_ref().ok()?.get("note")?.as_str()
-    }
 }
 
 /// Everything the model was handed, step by step, and its final answer.

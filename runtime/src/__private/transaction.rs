@@ -18,9 +18,9 @@ mod postgres {
     use std::sync::Arc;
 
     use crate::PostgresStore;
-    pub use crate::guard::Scope;
-    use crate::guard::TransactionFuture;
     pub use crate::store::postgres::tokio_postgres::Transaction;
+    pub use crate::store::postgres_store::Scope;
+    use crate::store::transaction::TransactionFuture;
 
     /// A store a transactional tool can run in: a Postgres store, shared or
     /// borrowed.
@@ -94,7 +94,13 @@ where
     S: InTransaction + ?Sized,
     F: for<'t> FnOnce(&'t Transaction<'t>, Scope<'t, 'a>) -> Action<'t, R> + 'a,
 {
-    let call = call.map(|call| crate::guard::postgres_call(call, store.postgres(), action));
+    let store = store.postgres();
+    let call = call.map(|call| {
+        use crate::store::transaction::TransactionalStore;
+        crate::guard::transact(call, store.shared(), move |trip| {
+            store.transact_in_scope(trip, action)
+        })
+    });
     async move {
         match call {
             Ok(call) => call.await,

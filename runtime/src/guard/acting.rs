@@ -9,8 +9,8 @@ use std::time::SystemTime;
 use crate::error::Error;
 use crate::key::Key;
 use crate::observe::{self, Timed};
+use crate::store::record::RecordState;
 use crate::store::record::{Completion, RecordValue};
-use crate::store::records::RecordState;
 use crate::store::{Store, StoreError, StoreFuture, StoreResult};
 use crate::tool::ToolId;
 
@@ -66,11 +66,17 @@ impl Acting {
         &self.tool
     }
 
-    /// Stops renewing the lease, before the completion in the action's
-    /// transaction.
+    /// The store the claim is held in.
     #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
-    pub(super) fn stop_renewing(&mut self) {
-        self.held.stop_renewing();
+    pub(super) fn store(&self) -> Arc<dyn Store> {
+        self.held.store()
+    }
+
+    /// The lease's renewal, for the action's transaction to stop when it
+    /// writes the record: dropped, it stops.
+    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
+    pub(super) fn take_renewal(&mut self) -> Option<Box<dyn std::any::Any + Send + Sync>> {
+        self.held.take_renewal()
     }
 
     /// The completion committed with the action's transaction (or the claim

@@ -1,22 +1,14 @@
 //! [`Call`]: one guarded call, as a user builds it.
 
 use std::borrow::Cow;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-
-use crate::error::Error;
 use crate::fingerprint::Fingerprint;
 use crate::key::{Key, PendingKey};
-use crate::outcome::Outcome;
 use crate::policy::{Policy, Takeover};
 use crate::store::{IntoStore, Store};
 use crate::tool::ToolId;
-
-use super::drive::{ErrorCodec, drive};
 
 /// One guarded call: a key, the tool, the arguments' fingerprint and the
 /// call site's policy. [`Call::run`] claims the key, then acts or replays.
@@ -221,65 +213,6 @@ impl Call {
     /// The key's text.
     pub fn key(&self) -> &str {
         self.key.as_str()
-    }
-
-    /// Claims the key, then runs `action` or replays.
-    ///
-    /// - First call: runs `action`. On `Ok` the result is recorded and
-    ///   returned as [`Outcome::Fresh`]. On `Err` the claim is released and
-    ///   nothing is recorded, so a retry runs the action again.
-    /// - A duplicate after completion gets [`Outcome::Replay`].
-    /// - A duplicate while the first is in flight waits (by wake-up) and gets
-    ///   its result; if the first fails, one waiter takes over and runs.
-    /// - The same key with other arguments or from another tool gets
-    ///   [`Outcome::Conflict`].
-    ///
-    /// # Errors
-    ///
-    /// The action's own `Err`, or an [`Error`] converted into `E`. Each says
-    /// whether the action ran ([`Error::action_ran`]):
-    /// - before acting: [`Error::Store`] (the claim could not be made),
-    ///   [`Error::InProgress`] (a duplicate still in flight at the `wait`
-    ///   deadline), [`Error::Reentrant`], [`Error::UnknownOutcome`], and
-    ///   [`Error::Codec`] for a recorded result of another type;
-    /// - after acting: [`Error::NotRecorded`], when the result could not be
-    ///   recorded (the completion is tried again while the lease holds), and
-    ///   [`Error::LeaseLost`], when another caller took the claim over.
-    ///
-    /// # Cancel safety
-    ///
-    /// The returned future may be dropped at any `.await`, as frameworks do
-    /// with timeouts and `select!`:
-    /// - before the action starts, the claim is released (or never made):
-    ///   the next call acts at once, without waiting out a lease;
-    /// - while the action runs, the action is dropped with it and the claim is
-    ///   released, as after an error, so a retry acts again;
-    /// - once the action has returned `Ok`, its result is still recorded on a
-    ///   task of its own, and every later call replays it.
-    ///
-    /// If `action` panics, the claim is released and the panic propagates.
-    pub fn run<T, E, F>(self, action: F) -> impl Future<Output = Result<Outcome<T>, E>>
-    where
-        F: Future<Output = Result<T, E>>,
-        T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-        E: From<Error>,
-    {
-        drive(Ok(self), action, None)
-    }
-
-    /// Like [`Call::run`], but an `Err` is final: it is recorded, and every
-    /// duplicate gets the same error back without running the action. For
-    /// actions whose failure must not be retried, such as a declined card.
-    pub fn run_recording_errors<T, E, F>(
-        self,
-        action: F,
-    ) -> impl Future<Output = Result<Outcome<T>, E>>
-    where
-        F: Future<Output = Result<T, E>>,
-        T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-        E: From<Error> + Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-    {
-        drive(Ok(self), action, Some(ErrorCodec::<E>::recording()))
     }
 }
 

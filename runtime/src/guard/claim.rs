@@ -19,15 +19,15 @@ use crate::outcome::{
     ConflictReason, DEFAULT_CONFLICT_NOTE, DEFAULT_REPLAY_NOTE, OTHER_TOOL_NOTE, Outcome,
 };
 use crate::policy::Takeover;
+use crate::store::record::RecordState;
 use crate::store::record::{Completion, RecordValue};
-use crate::store::records::RecordState;
 use crate::store::{ClaimAnswer, ClaimRequest, Store, StoreFuture, StoreResult, default_store};
 use crate::tool::ToolId;
 
 use super::acting::Acting;
 use super::active;
 use super::call::Call;
-use super::drive::ErrorCodec;
+use super::codec::ErrorCodec;
 use super::held::{Held, detached};
 
 impl Call {

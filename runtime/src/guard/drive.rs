@@ -22,12 +22,74 @@ use serde::de::DeserializeOwned;
 use crate::error::Error;
 use crate::observe;
 use crate::outcome::Outcome;
+use crate::store::record::RecordState;
 use crate::store::record::RecordValue;
-use crate::store::records::RecordState;
 
 use super::acting::{Acting, Completing, Releasing};
 use super::call::Call;
 use super::claim::{Begin, Begun, Replayed};
+use super::codec::ErrorCodec;
+
+impl Call {
+    /// Claims the key, then runs `action` or replays.
+    ///
+    /// - First call: runs `action`. On `Ok` the result is recorded and
+    ///   returned as [`Outcome::Fresh`]. On `Err` the claim is released and
+    ///   nothing is recorded, so a retry runs the action again.
+    /// - A duplicate after completion gets [`Outcome::Replay`].
+    /// - A duplicate while the first is in flight waits (by wake-up) and gets
+    ///   its result; if the first fails, one waiter takes over and runs.
+    /// - The same key with other arguments or from another tool gets
+    ///   [`Outcome::Conflict`].
+    ///
+    /// # Errors
+    ///
+    /// The action's own `Err`, or an [`Error`] converted into `E`. Each says
+    /// whether the action ran ([`Error::action_ran`]):
+    /// - before acting: [`Error::Store`] (the claim could not be made),
+    ///   [`Error::InProgress`] (a duplicate still in flight at the `wait`
+    ///   deadline), [`Error::Reentrant`], [`Error::UnknownOutcome`], and
+    ///   [`Error::Codec`] for a recorded result of another type;
+    /// - after acting: [`Error::NotRecorded`], when the result could not be
+    ///   recorded (the completion is tried again while the lease holds), and
+    ///   [`Error::LeaseLost`], when another caller took the claim over.
+    ///
+    /// # Cancel safety
+    ///
+    /// The returned future may be dropped at any `.await`, as frameworks do
+    /// with timeouts and `select!`:
+    /// - before the action starts, the claim is released (or never made):
+    ///   the next call acts at once, without waiting out a lease;
+    /// - while the action runs, the action is dropped with it and the claim is
+    ///   released, as after an error, so a retry acts again;
+    /// - once the action has returned `Ok`, its result is still recorded on a
+    ///   task of its own, and every later call replays it.
+    ///
+    /// If `action` panics, the claim is released and the panic propagates.
+    pub fn run<T, E, F>(self, action: F) -> impl Future<Output = Result<Outcome<T>, E>>
+    where
+        F: Future<Output = Result<T, E>>,
+        T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+        E: From<Error>,
+    {
+        drive(Ok(self), action, None)
+    }
+
+    /// Like [`Call::run`], but an `Err` is final: it is recorded, and every
+    /// duplicate gets the same error back without running the action. For
+    /// actions whose failure must not be retried, such as a declined card.
+    pub fn run_recording_errors<T, E, F>(
+        self,
+        action: F,
+    ) -> impl Future<Output = Result<Outcome<T>, E>>
+    where
+        F: Future<Output = Result<T, E>>,
+        T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+        E: From<Error> + Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    {
+        drive(Ok(self), action, Some(ErrorCodec::<E>::recording()))
+    }
+}
 
 /// Runs the call in its span (see [`observe::call_span`]).
 pub(crate) fn drive<T, E, F>(
@@ -223,20 +285,6 @@ where
                     return Poll::Ready(ended.into_result(errors.as_ref(), replayed.take()));
                 }
             }
-        }
-    }
-}
-
-pub(crate) struct ErrorCodec<E> {
-    pub(super) record: fn(&E) -> RecordValue,
-    pub(super) replay: fn(&RecordValue) -> Result<E, Error>,
-}
-
-impl<E: Serialize + DeserializeOwned + Clone + Send + Sync + 'static> ErrorCodec<E> {
-    pub(crate) fn recording() -> ErrorCodec<E> {
-        ErrorCodec {
-            record: |e: &E| RecordValue::typed(e.clone()),
-            replay: |r: &RecordValue| r.decode::<E>().map_err(Error::Codec),
         }
     }
 }

@@ -27,8 +27,8 @@ use tokio::time::Instant;
 
 use super::answers_at_once;
 use crate::observe;
+use crate::store::record::RecordState;
 use crate::store::record::{Completion, RecordValue};
-use crate::store::records::RecordState;
 use crate::store::{Claim, Store, StoreError, StoreFuture, StoreResult};
 
 /// The first pause before a store step is tried again.
@@ -80,12 +80,12 @@ impl Held {
         self.claim.taken_over
     }
 
-    /// The claim's fence.
     /// The store the claim is held in.
     pub(crate) fn store(&self) -> Arc<dyn Store> {
         Arc::clone(&self.store)
     }
 
+    /// The claim's fence.
     pub(crate) fn fence(&self) -> u64 {
         self.claim.fence
     }
@@ -145,11 +145,13 @@ impl Held {
         &self.claim
     }
 
-    /// Stops renewing the lease: the completion is about to be written by
-    /// other means (in the action's own transaction).
+    /// The lease's renewal, handed to the action's own transaction, which
+    /// writes the completion by other means: dropped, it stops.
     #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
-    pub(crate) fn stop_renewing(&mut self) {
-        self.renewal = None;
+    pub(crate) fn take_renewal(&mut self) -> Option<Box<dyn std::any::Any + Send + Sync>> {
+        self.renewal
+            .take()
+            .map(|renewal| Box::new(renewal) as Box<dyn std::any::Any + Send + Sync>)
     }
 
     /// Lets the claim go without a store step: its completion committed with

@@ -3,13 +3,17 @@
 //! [`Call`] is what a user builds (`call`); its claim, and every answer that
 //! ends a call without acting, is one non-generic core (`claim`); a claim
 //! that is won acts under a [`held::Held`] drop guard (`held`, `acting`),
-//! marked as the task's active key (`active`); and `drive` is the thin typed
-//! shim that joins them around the tool's own future.
+//! marked as the task's active key (`active`); `drive` is the thin typed
+//! shim that joins them around the tool's own future ([`Call::run`]), with
+//! `codec` recording a tool's error when errors are final; `transaction`
+//! runs the action in a transaction of the store's, through the store's
+//! half of it.
 
 mod acting;
 mod active;
 mod call;
 mod claim;
+mod codec;
 mod drive;
 mod held;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
@@ -22,13 +26,10 @@ use crate::{MemoryStore, store::Store};
 
 pub use active::current_key;
 pub use call::Call;
-pub(crate) use drive::{ErrorCodec, drive};
-#[cfg(feature = "postgres")]
-pub use transaction::Scope;
-#[cfg(feature = "postgres")]
-pub(crate) use transaction::postgres_call;
+pub(crate) use codec::ErrorCodec;
+pub(crate) use drive::drive;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub use transaction::{TransactionFuture, TransactionalStore};
+pub(crate) use transaction::transact;
 
 /// The memory store, if `store` is one. Its steps are ready as soon as they
 /// are asked, so the guard calls it inline and reads a replay in place: a

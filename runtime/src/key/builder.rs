@@ -1,17 +1,10 @@
 //! Rendering a key from a template's literals and parts.
 
-use std::cell::Cell;
-
 use super::part::{KeyPart, KeyPartWriter, separates};
 use super::pending::PendingKey;
+use super::scratch;
 use super::{Key, KeyError};
 use crate::run::Run;
-
-thread_local! {
-    // Keys are rendered into a reused buffer and copied once into their
-    // final allocation, so building a key costs one allocation.
-    static SCRATCH: Cell<String> = const { Cell::new(String::new()) };
-}
 
 /// Builds a [`Key`] from literal text and parts, and enforces the rules that
 /// keep keys injective:
@@ -34,8 +27,7 @@ pub struct KeyBuilder {
 
 impl KeyBuilder {
     pub(super) fn new() -> KeyBuilder {
-        let mut buf = SCRATCH.try_with(Cell::take).unwrap_or_default();
-        buf.clear();
+        let buf = scratch::take();
         KeyBuilder {
             buf,
             parts: 0,
@@ -142,16 +134,7 @@ impl KeyBuilder {
 
 impl Drop for KeyBuilder {
     fn drop(&mut self) {
-        give_back(std::mem::take(&mut self.buf));
-    }
-}
-
-/// Keeps a buffer for the next key rendered on this thread; huge ones are
-/// dropped.
-pub(super) fn give_back(buf: String) {
-    if buf.capacity() > 0 && buf.capacity() <= 4096 {
-        // A thread being torn down has no scratch left to keep it in.
-        let _ = SCRATCH.try_with(|cell| cell.set(buf));
+        scratch::give_back(std::mem::take(&mut self.buf));
     }
 }
 

@@ -3,7 +3,9 @@
 //!
 //! `builder` renders a key from a template's literals and parts, `part`
 //! escapes each value, `parse` reads a key back from its text, and `error`
-//! says why a key could not be had.
+//! says why a key could not be had; `pending` keeps a call's key as text
+//! until a store must keep it, and `scratch` is the buffer keys are
+//! rendered in.
 
 use std::borrow::{Borrow, Cow};
 use std::cmp::Ordering;
@@ -18,6 +20,7 @@ mod error;
 mod parse;
 mod part;
 mod pending;
+mod scratch;
 
 pub use builder::KeyBuilder;
 pub use error::{KeyError, KeyTextProblem};

@@ -3,7 +3,7 @@
 //! keep it, so that a call answered from memory (a replay) allocates no key.
 
 use super::Key;
-use super::builder;
+use super::scratch;
 
 /// A key rendered for one call, shared on demand. The default is empty: what
 /// is left where a key was taken out.
@@ -56,7 +56,7 @@ impl From<Key> for PendingKey {
 impl Drop for PendingKey {
     fn drop(&mut self) {
         // The buffer goes back for the next key rendered on this thread.
-        builder::give_back(std::mem::take(&mut self.rendered));
+        scratch::give_back(std::mem::take(&mut self.rendered));
     }
 }
 

@@ -38,6 +38,8 @@ mod schema;
 #[cfg(feature = "sqlite")]
 #[path = "sqlite/mod.rs"]
 pub(crate) mod sqlite_store;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) mod transaction;
 
 pub use crate::store::record::{Completion, RecordValue};
 pub use claim::{Claim, ClaimAnswer, ClaimRequest, Wait};
@@ -47,9 +49,8 @@ pub use durable::reconnect::DEFAULT_RECONNECT_WITHIN;
 pub use error::{StoreError, StoreResult};
 pub use future::StoreFuture;
 pub(crate) use memory_store::MemoryStore;
-pub(crate) use records::{
-    Forget, Record, RecordCount, RecordPage, RecordQuery, RecordState, Records,
-};
+pub(crate) use record::RecordState;
+pub(crate) use records::{Forget, Record, RecordCount, RecordPage, RecordQuery, Records};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use schema::SCHEMA_VERSION;
 

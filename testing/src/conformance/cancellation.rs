@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use tokio::sync::Barrier;
 
-use super::case::{Case, case};
+use super::Case;
+use super::case::case;
 use super::faulty::Faulty;
 use super::kit::{CountingProvider, PATIENCE, RefundError, Refunded, fresh_run, refund_call};
 use idempotent_tools::{

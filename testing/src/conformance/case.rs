@@ -1,11 +1,10 @@
-//! A case of the suite: its name, what it needs of the store, and its body.
+//! What a case of the suite needs of the store, and the store it is given.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use super::kit::not_offered;
-use super::processes::Scene;
 use idempotent_tools::records::Records;
 use idempotent_tools::store::Store;
 
@@ -98,34 +97,13 @@ pub(crate) enum Need {
     Restarts,
 }
 
-pub(crate) type Future_ = Pin<Box<dyn Future<Output = ()>>>;
-
-/// A case's body.
-pub(crate) enum Body {
-    /// Runs in this process against one store.
-    InProcess(fn(Subject) -> Future_),
-    /// Plays a scenario with child processes (blocking while they run),
-    /// beside a store of the parent's own that is opened first.
-    Processes(fn(&Scene)),
-    /// Runs in this process against a store on a server of the case's own,
-    /// which it restarts.
-    Restarting(fn(super::restarts::Restartable) -> Future_),
-}
-
-/// One case of the suite.
-pub(crate) struct Case {
-    pub(crate) name: &'static str,
-    pub(crate) needs: &'static [Need],
-    pub(crate) body: Body,
-}
-
 /// A case running in this process: `case!(name, [needs], |subject| body)`.
 macro_rules! case {
     ($name:ident, [$($need:ident),*], |$subject:ident| $body:expr) => {
-        $crate::conformance::case::Case {
+        $crate::conformance::Case {
             name: stringify!($name),
             needs: &[$($crate::conformance::case::Need::$need),*],
-            body: $crate::conformance::case::Body::InProcess(|$subject| {
+            body: $crate::conformance::Body::InProcess(|$subject| {
                 let _ = &$subject;
                 Box::pin($body)
             }),

@@ -10,7 +10,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Barrier;
 
-use super::case::{Case, Subject, case};
+use super::Case;
+use super::case::{Subject, case};
 use super::kit::{
     CountingProvider, Ends, Holder, RACING_CLAIMS, RefundError, Refunded, claimed, done, fresh_run,
     race_for_one_key, refund_call, refund_key, refunds, request, within,

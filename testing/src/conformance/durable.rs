@@ -5,8 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::Case;
 use super::PURGE_BATCH;
-use super::case::{Case, Statements, case};
+use super::case::{Statements, case};
 use super::kit::{
     CountingProvider, RefundError, claimed, done, fresh_run, offered, refund_call, refund_key,
     refunds, request, within,

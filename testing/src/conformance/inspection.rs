@@ -10,7 +10,8 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::case::{Case, case};
+use super::Case;
+use super::case::case;
 use super::kit::{fresh_run, offered, refund_key, usd};
 use idempotent_tools::records::Records;
 use idempotent_tools::{

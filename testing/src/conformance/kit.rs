@@ -292,72 +292,7 @@ pub async fn not_recorded_once_down(
     assert_eq!(provider.refunds(), 1, "the action ran once");
 }
 
-/// Restarts `server` under `store` `restarts` times and prints how long
-/// after it was back the first calls went through (`measured: ...`): a
-/// call made while it was down, which was trying again, and a new call
-/// made the moment it was back. The server is back when `answers` first
-/// says so (a connection of its own that reads a reply), asked every
-/// millisecond from the stop on. Median and range over the restarts, for
-/// a store's own restart figures.
-pub async fn measure_first_calls_after_restarts<F, Fut>(
-    store: Arc<dyn Store>,
-    server: &mut impl super::Restart,
-    answers: F,
-    restarts: usize,
-) where
-    F: Fn() -> Fut + Clone + Send + 'static,
-    Fut: Future<Output = bool> + Send,
-{
-    let run = fresh_run();
-    let provider = Arc::new(CountingProvider::default());
-    let call = |order: String| {
-        let (call, provider) = (refund_call(&store, &run, &order, 42), provider.clone());
-        async move {
-            let outcome = call.run(refunds(&provider, 42)).await;
-            let ended = std::time::Instant::now();
-            assert!(outcome.expect("a call").is_fresh());
-            ended
-        }
-    };
-    let (mut waiting, mut new) = (Vec::new(), Vec::new());
-    for restart in 0..restarts {
-        call(format!("before-{restart}")).await;
-        server.stop().await;
-        let during = tokio::spawn(call(format!("during-{restart}")));
-        let back = {
-            let (answers, after) = (answers.clone(), call(format!("after-{restart}")));
-            tokio::spawn(async move {
-                while !answers().await {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                let back = std::time::Instant::now();
-                (back, after.await)
-            })
-        };
-        server.start().await;
-        let (back, after) = within("the server back", back).await.expect("the probe");
-        let during = within("the call made while down", during)
-            .await
-            .expect("the call's task");
-        new.push(after.saturating_duration_since(back));
-        waiting.push(during.saturating_duration_since(back));
-    }
-    let summary = |mut times: Vec<Duration>| {
-        times.sort();
-        let median = times[times.len() / 2];
-        format!(
-            "median {median:?}, range {:?} to {:?}",
-            times[0],
-            times[times.len() - 1]
-        )
-    };
-    println!(
-        "measured over {restarts} restarts, from the server answering again: a call made while \
-         it was down went through after {}; a new call after {}",
-        summary(waiting),
-        summary(new)
-    );
-}
+pub use super::restarts::measure_first_calls_after_restarts;
 
 /// Times 200 fresh calls and their replays through `store`, and prints the
 /// means (`measured: ...`), for a store's own latency figures.

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::case::{Case, case};
+use super::Case;
+use super::case::case;
 use super::kit::{
     CountingProvider, Ends, Holder, claimed, done, fresh_run, refund_call, refund_key, refunds,
     request, usd,

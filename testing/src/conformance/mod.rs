@@ -111,6 +111,27 @@ pub use scope::Scope;
 use idempotent_tools::records::Records;
 use idempotent_tools::store::Store;
 
+pub(crate) type Future_ = Pin<Box<dyn Future<Output = ()>>>;
+
+/// A case's body.
+pub(crate) enum Body {
+    /// Runs in this process against one store.
+    InProcess(fn(case::Subject) -> Future_),
+    /// Plays a scenario with child processes (blocking while they run),
+    /// beside a store of the parent's own that is opened first.
+    Processes(fn(&processes::Scene)),
+    /// Runs in this process against a store on a server of the case's own,
+    /// which it restarts.
+    Restarting(fn(restarts::Restartable) -> Future_),
+}
+
+/// One case of the suite.
+pub(crate) struct Case {
+    pub(crate) name: &'static str,
+    pub(crate) needs: &'static [case::Need],
+    pub(crate) body: Body,
+}
+
 /// The rows a purge deletes per statement in the batch-purging case, for a
 /// store [purging in batches](Suite::purging_in_batches): its factory reads
 /// it from [`Scope::purge_batch`].

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::case::{Case, case};
+use super::Case;
+use super::case::case;
 use super::kit::{
     CountingProvider, Ends, Holder, RefundError, Refunded, fresh_run, refund_call, refunds, within,
 };

@@ -8,9 +8,10 @@ use std::sync::Arc;
 
 use libtest_mimic::{Completion, Failed, Trial};
 
-use super::case::{Body, Case, Connect, Need, Statements, Subject};
+use super::case::{Connect, Need, Statements, Subject};
 use super::kit::NotOffered;
 use super::processes::{self, Scene};
+use super::{Body, Case};
 use super::{Count, PURGE_BATCH, Scope, Suite};
 use idempotent_tools::store::Store;
 

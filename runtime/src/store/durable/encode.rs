@@ -6,7 +6,7 @@ use std::time::Duration;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::{
-    store::records::RecordState,
+    store::record::RecordState,
     store::{StoreError, StoreResult},
 };
 

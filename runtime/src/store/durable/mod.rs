@@ -106,7 +106,7 @@ impl Holder {
 /// A completion as a backend writes it: the result already checked to
 /// store as JSON.
 pub struct CompletionRow {
-    /// The state, as [`RecordState::as_str`](crate::store::records::RecordState::as_str).
+    /// The state, as [`RecordState::as_str`](crate::store::record::RecordState::as_str).
     pub state: &'static str,
     /// The result as JSON text.
     pub json: String,

@@ -7,8 +7,8 @@
 use std::time::{Duration, SystemTime};
 
 use crate::outcome::ConflictReason;
+use crate::store::record::RecordState;
 use crate::store::record::{Completion, RecordValue};
-use crate::store::records::RecordState;
 use crate::store::{ClaimAnswer, ClaimRequest, StoreError, StoreResult};
 
 /// What a claim step found: its own claim, or someone else's row.

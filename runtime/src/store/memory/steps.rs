@@ -12,7 +12,7 @@ use crate::fingerprint::Fingerprint;
 use crate::key::Key;
 use crate::outcome::ConflictReason;
 use crate::store::record::Completion;
-use crate::store::records::RecordState;
+use crate::store::record::RecordState;
 use crate::tool::ToolId;
 use crate::{
     store::records::Forget,

@@ -16,11 +16,11 @@ use std::time::SystemTime;
 
 use tokio_postgres::types::ToSql;
 
+use super::Inner;
 use super::NOTIFY_CHANNEL;
 use super::error::corrupt;
 use super::rows::read_claim;
 use super::sql;
-use super::steps::Inner;
 use crate::store::durable::coalesce::{Ask, Coalescer, Limits, Member};
 use crate::store::durable::{Backend, CompletionRow, Found, Holder, encode};
 use crate::store::{ClaimRequest, StoreError, StoreResult};

@@ -10,10 +10,10 @@ use deadpool_postgres::{Manager, Pool, Runtime};
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Config, NoTls, Socket};
 
+use super::Inner;
 use super::batch::Batches;
 use super::error::pool_error;
 use super::listener::{Listener, SessionFn, listen};
-use super::steps::Inner;
 use super::{DEFAULT_COALESCE_BATCH, DEFAULT_PURGE_BATCH, LISTENER_NAME, PostgresStore};
 use crate::store::durable::coalesce::Limits;
 use crate::store::durable::reconnect::DEFAULT_RECONNECT_WITHIN;

@@ -3,17 +3,25 @@
 //! - `builder`: where connections come from, listening, settings;
 //! - `schema`: the schema's versions and migration;
 //! - `sql`: the statements, as SQL;
+//! - here: the store's state, shared by the files below, and the one loop
+//!   that sends a statement, again on another connection if its own broke;
 //! - `steps`: each step of a claim, one statement each;
+//! - `batch`: claims and completions coalesced into one statement;
+//! - `transaction`: a call whose completion commits in the action's own
+//!   transaction;
 //! - `rows`: reading rows back;
 //! - `wait` and `listener`: waking waiters through `LISTEN`, or polling;
 //! - `error`: errors sorted, naming statement and SQLSTATE.
 
 use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
+use futures_util::TryStreamExt;
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 
 mod batch;
 mod builder;
@@ -26,15 +34,20 @@ mod steps;
 mod transaction;
 mod wait;
 
-pub(crate) use transaction::transaction_error;
+pub use transaction::Scope;
 
 pub use builder::PostgresStoreBuilder;
 pub use schema::POSTGRES_SCHEMA;
 
-use super::StoreResult;
 use super::durable::Durable;
+use super::durable::reconnect::Reconnecting;
 #[cfg(doc)]
-use super::{StoreError, schema::SCHEMA_VERSION};
+use super::schema::SCHEMA_VERSION;
+use super::{StoreError, StoreResult};
+use batch::Batches;
+use error::Broken;
+use listener::Listener;
+use sql::Statement;
 
 /// The deadpool-postgres crate this store is built on, to build a pool of
 /// the matching version for [`PostgresStoreBuilder::from_pool`].
@@ -124,7 +137,7 @@ pub const RECHECK_EVERY: Duration = Duration::from_secs(2);
 /// # Ok(()) }
 /// ```
 pub struct PostgresStore {
-    inner: Arc<steps::Inner>,
+    inner: Arc<Inner>,
 }
 
 impl PostgresStore {
@@ -182,10 +195,100 @@ impl PostgresStore {
 }
 
 impl Durable for PostgresStore {
-    type Backend = steps::Inner;
+    type Backend = Inner;
 
-    fn backend(&self) -> &Arc<steps::Inner> {
+    fn backend(&self) -> &Arc<Inner> {
         &self.inner
+    }
+}
+
+/// A Postgres store's state, shared with its waiters, its batches and its
+/// steps.
+pub struct Inner {
+    pool: Pool,
+    listener: Option<Arc<Listener>>,
+    statements: AtomicU64,
+    purge_batch: usize,
+    asynchronous_completions: bool,
+    reconnect_within: Duration,
+    /// The coalescers of claims and completions; `None` when every step
+    /// goes alone.
+    batches: Option<Batches>,
+    /// This state itself, for the batches' tasks.
+    me: Weak<Inner>,
+}
+
+impl Inner {
+    /// Runs one prepared statement and returns its rows. A statement whose
+    /// connection broke runs again on another, while the store's
+    /// `reconnect_within` lasts.
+    async fn query(
+        &self,
+        statement: Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> StoreResult<Vec<Row>> {
+        self.query_answered(statement, params)
+            .await
+            .map_err(|(error, _)| error)
+    }
+
+    /// [`Inner::query`], saying on failure whether the server answered
+    /// (refused the statement) or was never reached.
+    async fn query_answered(
+        &self,
+        statement: Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, (StoreError, bool)> {
+        self.send(statement, params).await.map(|(rows, _)| rows)
+    }
+
+    /// Runs one prepared statement and returns how many rows it touched,
+    /// trying again on another connection as [`Inner::query`] does.
+    async fn execute(
+        &self,
+        statement: Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> StoreResult<u64> {
+        self.send(statement, params)
+            .await
+            .map(|(_, changed)| changed)
+            .map_err(|(error, _)| error)
+    }
+
+    /// Sends one prepared statement on a connection of the pool and returns
+    /// its rows and how many rows it touched: again on another connection
+    /// if this one broke, while the store's `reconnect_within` lasts. On
+    /// failure, says whether the server answered (refused the statement)
+    /// or was never reached.
+    async fn send(
+        &self,
+        statement: Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<(Vec<Row>, u64), (StoreError, bool)> {
+        let mut reconnecting = Reconnecting::new(self.reconnect_within);
+        loop {
+            let tried = async {
+                let client = self.pool.get().await.map_err(Broken::pool)?;
+                let prepared = client.prepare_cached(statement.sql).await?;
+                self.statements.fetch_add(1, Ordering::Relaxed);
+                let stream = client.query_raw(&prepared, params.iter().copied()).await?;
+                let mut stream = std::pin::pin!(stream);
+                let mut rows = Vec::new();
+                while let Some(row) = stream.try_next().await? {
+                    rows.push(row);
+                }
+                let changed = stream.rows_affected().unwrap_or(0);
+                Ok::<_, Broken>((rows, changed))
+            };
+            match tried.await {
+                Ok(answer) => return Ok(answer),
+                Err(broken) if broken.is_broken() && reconnecting.again().await => {}
+                Err(broken) => {
+                    let answered = broken.answered();
+                    return Err((broken.into_store_error(statement.name), answered));
+                }
+            }
+        }
     }
 }
 

@@ -9,10 +9,7 @@ use crate::store::durable::encode::{self, fence_from, owner_from};
 use crate::store::durable::{Found, Row, RowState};
 use crate::store::record::RecordValue;
 use crate::tool::ToolId;
-use crate::{
-    store::StoreResult,
-    store::records::{Record, RecordState},
-};
+use crate::{store::StoreResult, store::record::RecordState, store::records::Record};
 
 /// What a row of [`super::sql::CLAIM`] says: the caller's claim, someone
 /// else's row, or `None` when the row changed since the statement's

@@ -1,25 +1,22 @@
 //! The Postgres store's steps: each one prepared statement, one round trip.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::Pool;
 use tokio_postgres::types::ToSql;
 
-use super::NOTIFY_CHANNEL;
-use super::batch::{self, Batches, ClaimAsk, Claimed, CompleteAsk};
-use super::error::{Broken, corrupt};
-use super::listener::Listener;
+use super::batch::{self, ClaimAsk, Claimed, CompleteAsk};
+use super::error::corrupt;
 use super::rows::{read_claim, read_record};
 use super::sql::{self, Statement};
 use super::wait::{Subscription, wait_on};
+use super::{Inner, NOTIFY_CHANNEL};
 use crate::key::Key;
-use crate::store::durable::reconnect::Reconnecting;
 use crate::store::durable::{Backend, CompletionRow, Forgotten, Found, Holder, encode};
 use crate::tool::ToolId;
 use crate::{
-    store::records::{Record, RecordCount, RecordQuery, RecordState},
+    store::record::RecordState,
+    store::records::{Record, RecordCount, RecordQuery},
     store::{ClaimRequest, StoreError, StoreResult, Wait},
 };
 
@@ -27,84 +24,7 @@ use crate::{
 /// it nothing to read (see [`sql::CLAIM`]).
 const CLAIM_ATTEMPTS: usize = 8;
 
-/// A Postgres store's state, shared with its waiters.
-pub struct Inner {
-    pub(super) pool: Pool,
-    pub(super) listener: Option<Arc<Listener>>,
-    pub(super) statements: AtomicU64,
-    pub(super) purge_batch: usize,
-    pub(super) asynchronous_completions: bool,
-    pub(super) reconnect_within: Duration,
-    /// The coalescers of claims and completions; `None` when every step
-    /// goes alone.
-    pub(super) batches: Option<Batches>,
-    /// This state itself, for the batches' tasks.
-    pub(super) me: Weak<Inner>,
-}
-
 impl Inner {
-    /// Runs one prepared statement and returns its rows. A statement whose
-    /// connection broke runs again on another, while the store's
-    /// `reconnect_within` lasts.
-    pub(super) async fn query(
-        &self,
-        statement: Statement,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> StoreResult<Vec<tokio_postgres::Row>> {
-        self.query_answered(statement, params)
-            .await
-            .map_err(|(error, _)| error)
-    }
-
-    /// [`Inner::query`], saying on failure whether the server answered
-    /// (refused the statement) or was never reached.
-    pub(super) async fn query_answered(
-        &self,
-        statement: Statement,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<tokio_postgres::Row>, (StoreError, bool)> {
-        let mut reconnecting = Reconnecting::new(self.reconnect_within);
-        loop {
-            let tried = async {
-                let client = self.pool.get().await.map_err(Broken::pool)?;
-                let prepared = client.prepare_cached(statement.sql).await?;
-                self.statements.fetch_add(1, Ordering::Relaxed);
-                Ok::<_, Broken>(client.query(&prepared, params).await?)
-            };
-            match tried.await {
-                Ok(rows) => return Ok(rows),
-                Err(broken) if broken.is_broken() && reconnecting.again().await => {}
-                Err(broken) => {
-                    let answered = broken.answered();
-                    return Err((broken.into_store_error(statement.name), answered));
-                }
-            }
-        }
-    }
-
-    /// Runs one prepared statement and returns how many rows it touched,
-    /// trying again on another connection as [`Inner::query`] does.
-    pub(super) async fn execute(
-        &self,
-        statement: Statement,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> StoreResult<u64> {
-        let mut reconnecting = Reconnecting::new(self.reconnect_within);
-        loop {
-            let tried = async {
-                let client = self.pool.get().await.map_err(Broken::pool)?;
-                let prepared = client.prepare_cached(statement.sql).await?;
-                self.statements.fetch_add(1, Ordering::Relaxed);
-                Ok::<_, Broken>(client.execute(&prepared, params).await?)
-            };
-            match tried.await {
-                Ok(changed) => return Ok(changed),
-                Err(broken) if broken.is_broken() && reconnecting.again().await => {}
-                Err(broken) => return Err(broken.into_store_error(statement.name)),
-            }
-        }
-    }
-
     /// A claim with the single-key statement, not coalesced.
     async fn claim_alone(&self, req: &ClaimRequest<'_>, owner: u128) -> StoreResult<Found> {
         let digest = req.key.digest();

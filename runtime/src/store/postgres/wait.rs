@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::Inner;
 use super::listener::KeyWatch;
-use super::steps::Inner;
 use crate::store::Wait;
 use crate::store::durable::Holder;
 use crate::store::durable::wait::{self, Backoff};

@@ -22,9 +22,9 @@ use std::sync::atomic::Ordering;
 use redis::{ErrorKind, ServerErrorKind, Value};
 
 use super::Inner;
+use super::call::{self, Reply, is_broken_connection};
 use super::error::{NotReplicated, corrupt, redis_error};
 use super::scripts::Script;
-use super::steps::{Reply, is_broken_connection};
 use crate::store::StoreResult;
 use crate::store::durable::coalesce::{Ask, Member};
 use crate::store::durable::encode::millis;
@@ -206,19 +206,12 @@ fn short(
     ask: &ScriptAsk,
     acked: Option<&((u32, std::time::Duration), Option<Value>)>,
 ) -> StoreResult<Option<NotReplicated>> {
-    let Some(((asked, timeout), value)) = acked.filter(|_| ask.replicate) else {
+    let Some((asked, value)) = acked.filter(|_| ask.replicate) else {
         return Ok(None);
     };
     let name = ask.script.name;
     let value = value
         .as_ref()
         .ok_or_else(|| corrupt(name, "no `WAIT` reply"))?;
-    let acked: i64 = redis::from_redis_value_ref(value)
-        .map_err(|e| corrupt(name, format_args!("a `WAIT` of {e}")))?;
-    Ok((acked < i64::from(*asked)).then_some(NotReplicated {
-        step: name,
-        asked: *asked,
-        acked,
-        timeout: *timeout,
-    }))
+    call::short(name, *asked, value)
 }

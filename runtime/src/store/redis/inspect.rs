@@ -19,7 +19,8 @@ use crate::key::Key;
 use crate::store::record::RecordValue;
 use crate::tool::ToolId;
 use crate::{
-    store::records::{Record, RecordCount, RecordPage, RecordQuery, RecordState},
+    store::record::RecordState,
+    store::records::{Record, RecordCount, RecordPage, RecordQuery},
     store::{StoreError, StoreResult},
 };
 

@@ -44,6 +44,7 @@
 
 mod batch;
 mod builder;
+mod call;
 mod connection;
 mod error;
 mod inspect;

@@ -25,7 +25,6 @@ mod transaction;
 mod writer;
 
 pub use open::SqliteStoreBuilder;
-pub(crate) use transaction::Ended;
 
 #[cfg(doc)]
 use super::StoreError;

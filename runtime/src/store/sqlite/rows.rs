@@ -6,10 +6,7 @@ use crate::store::durable::encode::{self, fence_from, from_unix_millis, owner_fr
 use crate::store::durable::{Found, Row, RowState};
 use crate::store::record::RecordValue;
 use crate::tool::ToolId;
-use crate::{
-    store::StoreResult,
-    store::records::{Record, RecordState},
-};
+use crate::{store::StoreResult, store::record::RecordState, store::records::Record};
 
 /// What a claim statement returned, in the columns of [`super::sql::CLAIM`].
 pub(super) struct Returned {

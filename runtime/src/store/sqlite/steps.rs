@@ -20,7 +20,8 @@ use crate::store::durable::wait::{self, Backoff, Wakeup};
 use crate::store::durable::{Backend, CompletionRow, Forgotten, Found, Holder, encode};
 use crate::tool::ToolId;
 use crate::{
-    store::records::{Record, RecordCount, RecordQuery, RecordState},
+    store::record::RecordState,
+    store::records::{Record, RecordCount, RecordQuery},
     store::{ClaimRequest, StoreError, StoreResult, Wait},
 };
 

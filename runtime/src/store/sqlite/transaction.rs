@@ -1,112 +1,139 @@
-//! The steps a call in the action's own transaction needs from the SQLite
-//! store: one trip to the blocking pool that opens the transaction, runs
-//! the action in it, writes the fenced completion in it and commits.
+//! A call in the action's own transaction, the SQLite store's half: one
+//! trip to the blocking pool that opens the transaction, runs the action in
+//! it, writes the fenced completion in it and commits.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 use rusqlite::{Transaction, TransactionBehavior, params};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use super::SqliteStore;
 use super::error::store_error;
 use super::sql;
 use crate::store::durable::{Holder, encode};
+use crate::store::record::RecordState;
 use crate::store::record::RecordValue;
-use crate::store::records::RecordState;
-use crate::store::{Claim, Store, StoreError, StoreResult};
+use crate::store::transaction::sealed::Sealed;
+use crate::store::transaction::{Transacted, TransactionalStore, Trip};
+use crate::store::{Store, StoreError, StoreResult};
 
-/// How the action's transaction ended.
-pub(crate) enum Ended<T, E> {
-    /// The action's writes and its record committed together.
-    Committed(T),
-    /// The transaction could not begin: the action did not run.
-    NotBegun(StoreError),
-    /// The action returned `Err`; its writes rolled back.
-    Failed(E),
-    /// The action ran, then its transaction rolled back, for `cause`.
-    /// `still_mine` if the claim is still this holder's (otherwise it was
-    /// taken over, and the fence refused the completion).
-    RolledBack { cause: StoreError, still_mine: bool },
-}
+impl Sealed for SqliteStore {}
 
-impl SqliteStore {
-    /// The same store, shared, as the call's store.
-    pub(crate) fn shared(&self) -> Arc<dyn Store> {
+impl TransactionalStore for SqliteStore {
+    type Transaction<'t> = Transaction<'t>;
+    type Acted<'t, R> = R;
+
+    fn shared(&self) -> Arc<dyn Store> {
         Arc::new(SqliteStore {
             inner: Arc::clone(&self.inner),
         })
     }
 
     /// Runs `action` in a transaction on this store's file, then completes
-    /// `claim` in that transaction (fenced on owner and fence, as the
-    /// store's own completion) and commits: one trip to the blocking pool.
+    /// the trip's claim in that transaction (fenced on owner and fence, as
+    /// the store's own completion) and commits: one trip to the blocking
+    /// pool.
     ///
     /// The transaction is `IMMEDIATE`: it takes the file's write lock
     /// before the action runs, so nobody can take the claim over while the
-    /// action writes, and the action's reads see what its writes overwrite.
-    /// If `abandoned` is set by the time the completion is written, the
-    /// call was dropped: the transaction rolls back instead of committing.
-    pub(crate) async fn in_transaction<T, E, F>(
+    /// action writes (no renewal is needed, and one would only wait on that
+    /// lock), and the action's reads see what its writes overwrite. If the
+    /// call is dropped by the time the completion is written, the
+    /// transaction rolls back instead of committing.
+    fn transact<T, E, F>(
         &self,
-        claim: &Claim,
+        mut trip: Trip,
         action: F,
-        abandoned: Arc<AtomicBool>,
-    ) -> Ended<T, E>
+    ) -> impl Future<Output = Transacted<T, E>> + Send
     where
         F: for<'t> FnOnce(&'t Transaction<'t>) -> Result<T, E> + Send + 'static,
-        T: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
+        T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
         E: Send + 'static,
     {
-        let mut conn = match self.inner.pool.get().await {
-            Ok(conn) => conn,
-            Err(e) => return Ended::NotBegun(StoreError::Unavailable(Box::new(e))),
-        };
-        self.inner.statements.fetch_add(1, Ordering::Relaxed);
-        let holder = Holder::of(claim);
-        let retention = encode::millis(claim.retention);
-        let trip = tokio::task::spawn_blocking(move || {
-            let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
-                Ok(tx) => tx,
-                Err(cause) => return Ended::NotBegun(store_error(cause)),
+        trip.stop_renewing();
+        let abandoned = Abandoned::default();
+        let inner = Arc::clone(&self.inner);
+        async move {
+            let mut conn = match inner.pool.get().await {
+                Ok(conn) => conn,
+                Err(e) => return Transacted::NotBegun(StoreError::Unavailable(Box::new(e))),
             };
-            if abandoned.load(Ordering::SeqCst) {
-                // Dropped before the action ran: it does not run.
-                return Ended::NotBegun(StoreError::Backend("the call was dropped".into()));
-            }
-            let value = match action(&tx) {
-                Ok(value) => value,
-                // Dropped, the transaction rolls back.
-                Err(err) => return Ended::Failed(err),
-            };
-            let rolled_back = |cause, still_mine| Ended::RolledBack { cause, still_mine };
-            match complete_in(&tx, &holder, &value, retention) {
-                Ok(0) => return rolled_back(StoreError::LeaseLost, false),
-                Ok(_) => {}
-                Err(cause) => return rolled_back(cause, true),
-            }
-            if abandoned.load(Ordering::SeqCst) {
-                return rolled_back(StoreError::Backend("the call was dropped".into()), true);
-            }
-            match tx.commit() {
-                Ok(()) => Ended::Committed(value),
-                // A `COMMIT` that fails leaves the transaction to roll back.
-                Err(cause) => rolled_back(store_error(cause), true),
-            }
-        });
-        match trip.await {
-            Ok(ended) => {
-                if let Ended::Committed(_) = ended {
-                    // Waiters in this process look again at once.
-                    self.inner.settle();
+            inner.statements.fetch_add(1, Ordering::Relaxed);
+            let holder = Holder::of(trip.claim());
+            let retention = encode::millis(trip.claim().retention);
+            let act_as = trip.act_as_owned();
+            let dropped = Arc::clone(&abandoned.0);
+            let blocking = tokio::task::spawn_blocking(move || {
+                let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+                    Ok(tx) => tx,
+                    Err(cause) => return Transacted::NotBegun(store_error(cause)),
+                };
+                if dropped.load(Ordering::SeqCst) {
+                    // Dropped before the action ran: it does not run.
+                    return Transacted::NotBegun(StoreError::Backend(
+                        "the call was dropped".into(),
+                    ));
                 }
-                ended
+                // Run as the key's action, so that `current_key` names it.
+                let mut action = Some(action);
+                let mut acted = None;
+                act_as(&mut || acted = action.take().map(|action| action(&tx)));
+                let value = match acted {
+                    Some(Ok(value)) => value,
+                    // Dropped, the transaction rolls back.
+                    Some(Err(err)) => return Transacted::Failed(err),
+                    None => {
+                        return Transacted::NotBegun(StoreError::Backend(
+                            "the action was not run".into(),
+                        ));
+                    }
+                };
+                let rolled_back = |cause, still_mine| Transacted::RolledBack { cause, still_mine };
+                match complete_in(&tx, &holder, &value, retention) {
+                    Ok(0) => return rolled_back(StoreError::LeaseLost, false),
+                    Ok(_) => {}
+                    Err(cause) => return rolled_back(cause, true),
+                }
+                if dropped.load(Ordering::SeqCst) {
+                    return rolled_back(StoreError::Backend("the call was dropped".into()), true);
+                }
+                match tx.commit() {
+                    Ok(()) => Transacted::Committed(value),
+                    // A `COMMIT` that fails leaves the transaction to roll back.
+                    Err(cause) => rolled_back(store_error(cause), true),
+                }
+            });
+            match blocking.await {
+                Ok(ended) => {
+                    if let Transacted::Committed(_) = ended {
+                        // Waiters in this process look again at once.
+                        inner.settle();
+                    }
+                    drop(abandoned);
+                    ended
+                }
+                // The action panicked: the transaction rolled back as it
+                // unwound, and the panic goes on to the caller, as from any
+                // action.
+                Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+                Err(join) => Transacted::NotBegun(StoreError::Backend(Box::new(join))),
             }
-            // The action panicked: the transaction rolled back as it unwound,
-            // and the panic goes on to the caller, as from any action.
-            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
-            Err(join) => Ended::NotBegun(StoreError::Backend(Box::new(join))),
         }
+    }
+}
+
+/// Set when the call that owns it is dropped, so that its transaction, on
+/// the blocking pool, rolls back instead of committing.
+#[derive(Default)]
+struct Abandoned(Arc<AtomicBool>);
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
     }
 }
 

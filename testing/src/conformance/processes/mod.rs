@@ -22,8 +22,9 @@ use tempfile::TempDir;
 use tokio::runtime::Handle;
 
 use super::Scope;
-use super::case::{Body, Case, Need};
+use super::case::Need;
 use super::kit::fresh_run;
+use super::{Body, Case};
 use child::Proc;
 use child::{final_word, report_of};
 use role::{FileProvider, LEASE_MS, PROVIDER, RUN, key_of, now_ms};
