@@ -13,7 +13,7 @@ use idempotent_tools::SqliteStore;
 use idempotent_tools::store::sqlite::rusqlite;
 use idempotent_tools::store::{Store, StoreError};
 use idempotent_tools_testing::conformance::kit::{
-    self, CountingProvider as Provider, fresh_run, refund_call, refunds,
+    self, CountingProvider as Provider, PATIENCE, fresh_run, refund_call, refunds,
 };
 use idempotent_tools_testing::conformance::processes::{self, Scene};
 use idempotent_tools_testing::conformance::{Scope, Suite};
@@ -36,23 +36,81 @@ async fn in_scope(scope: Scope) -> SqliteStore {
     builder.open().expect("open the store")
 }
 
-async fn a_database_locked_past_the_busy_timeout_is_unavailable_and_nothing_runs() {
-    let dir = temp_dir();
-    let path = dir.path().join("claims.db");
-    let store: Arc<dyn Store> = Arc::new(
-        SqliteStore::builder(&path)
-            .busy_timeout(Duration::from_millis(50))
-            .open()
-            .expect("open"),
-    );
-    let run = fresh_run();
-    let provider = Provider::default();
+/// A store whose statements give up on another process's write lock after
+/// 50 ms, and a second connection to its file.
+fn store_and_locker(path: &std::path::Path) -> (Arc<SqliteStore>, rusqlite::Connection) {
+    let store = SqliteStore::builder(path)
+        .busy_timeout(Duration::from_millis(50))
+        .open()
+        .expect("open");
+    let locker = rusqlite::Connection::open(path).expect("a second connection");
+    (Arc::new(store), locker)
+}
 
-    let locker = rusqlite::Connection::open(&path).expect("a second connection");
+/// A claim that meets the file locked past the busy timeout is tried again
+/// while the call may wait, and acts once the lock is gone: delayed, not
+/// failed.
+async fn a_database_locked_past_the_busy_timeout_delays_a_claim_instead_of_failing_it() {
+    let dir = temp_dir();
+    let (sqlite, locker) = store_and_locker(&dir.path().join("claims.db"));
+    let store: Arc<dyn Store> = sqlite.clone();
+    let (run, provider) = (fresh_run(), Arc::new(Provider::default()));
+
     locker
         .execute_batch("BEGIN EXCLUSIVE")
         .expect("take the write lock");
-    kit::refused_as_unavailable(&store, &run, &provider).await;
+    let before = sqlite.transactions();
+    let call = {
+        let (call, provider) = (refund_call(&store, &run, "1182", 42), provider.clone());
+        tokio::spawn(async move { call.run(refunds(&provider, 42)).await })
+    };
+    // A lone step is one transaction, busy or not: a second is the claim
+    // tried again after the busy timeout.
+    let retried = async {
+        while sqlite.transactions() - before < 2 {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, retried)
+        .await
+        .expect("a claim tried again after the busy timeout");
+    assert_eq!(provider.refunds(), 0, "nothing ran without its claim");
+    locker.execute_batch("ROLLBACK").expect("release the lock");
+
+    let outcome = call
+        .await
+        .expect("joined")
+        .expect("the call, once the lock is gone");
+    assert!(outcome.is_fresh(), "{outcome:?}");
+    assert_eq!(provider.refunds(), 1);
+}
+
+/// A file locked past the call's own `wait`: the call fails as contended,
+/// and the action does not run; once the lock is gone the call acts, once.
+async fn a_database_locked_past_the_calls_wait_is_contended_and_nothing_runs() {
+    let dir = temp_dir();
+    let (sqlite, locker) = store_and_locker(&dir.path().join("claims.db"));
+    let store: Arc<dyn Store> = sqlite;
+    let (run, provider) = (fresh_run(), Provider::default());
+
+    locker
+        .execute_batch("BEGIN EXCLUSIVE")
+        .expect("take the write lock");
+    let err = refund_call(&store, &run, "1182", 42)
+        .wait(Duration::from_millis(300))
+        .run(refunds(&provider, 42))
+        .await
+        .expect_err("the file stays locked");
+    let err = err.guard().expect("a guard error");
+    assert!(
+        matches!(
+            err,
+            idempotent_tools::Error::Store(StoreError::Contended(_))
+        ),
+        "{err:?}"
+    );
+    assert_eq!(err.action_ran(), Some(false));
+    assert_eq!(provider.refunds(), 0, "nothing ran without its claim");
     locker.execute_batch("ROLLBACK").expect("release the lock");
 
     let retry = refund_call(&store, &run, "1182", 42)
@@ -61,8 +119,9 @@ async fn a_database_locked_past_the_busy_timeout_is_unavailable_and_nothing_runs
         .expect("retry");
     assert!(
         retry.is_fresh(),
-        "nothing was recorded while the store was down"
+        "nothing was recorded while the file was locked"
     );
+    assert_eq!(provider.refunds(), 1);
 }
 
 async fn a_claim_the_database_refuses_is_a_backend_error_and_nothing_runs() {
@@ -233,7 +292,8 @@ fn main() {
         .counting_statements(SqliteStore::statements)
         .trials();
     trials.extend(trials!(always;
-        a_database_locked_past_the_busy_timeout_is_unavailable_and_nothing_runs,
+        a_database_locked_past_the_busy_timeout_delays_a_claim_instead_of_failing_it,
+        a_database_locked_past_the_calls_wait_is_contended_and_nothing_runs,
         a_claim_the_database_refuses_is_a_backend_error_and_nothing_runs,
         measured_latency_of_a_guarded_call_on_a_local_file,
         a_version_1_file_is_upgraded_in_place_and_keeps_its_records,

@@ -198,6 +198,16 @@ impl CliError {
                 ..
             } => "check that the store's server is up and reachable, then run the command again"
                 .into(),
+            CliError::Open {
+                source: StoreError::Contended(_),
+                ..
+            }
+            | CliError::Store {
+                source: StoreError::Contended(_),
+                ..
+            } => "another session holds a lock on the store's table (a migration, a long \
+                  transaction): run the command again once it is done"
+                .into(),
             CliError::Open { .. } => "the store's server answered, but refused: check the \
                 URL's user, password and database (the last cause above is the server's own \
                 words), and that this user may read the application's tables"

@@ -2,7 +2,8 @@
 //! error names the statement, its SQLSTATE and the server's message, and
 //! each cause is printed once; a statement that gave way to another writer
 //! (a lock timeout, a serialization failure, a deadlock) changed nothing:
-//! a claim is refused as unavailable, a completion tried again.
+//! a claim and a completion are tried again while the call may wait and
+//! the lease holds, and only then reported as contended.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,69 +87,133 @@ pub(super) async fn an_unreachable_server_prints_each_cause_once() {
     assert_each_cause_once(&messages);
 }
 
-/// A claim that waits on a lock past the session's `lock_timeout`
-/// (SQLSTATE 55P03): the statement changed nothing, so the store is
-/// unavailable for this call and the action does not run; once the lock is
-/// gone the call acts, once.
-pub(super) async fn a_lock_timeout_is_unavailable_and_the_call_acts_once_the_lock_is_gone() {
-    let Some(schema) = Schema::new().await else {
-        return;
-    };
-    let store = schema
+/// A store whose sessions give up on a lock after `lock_timeout`, as a
+/// production role is often set up.
+async fn store_with_lock_timeout(schema: &Schema, lock_timeout: &str) -> PostgresStore {
+    schema
         .store_with(|_| {
             let mut config = schema.config();
             config.options(format!(
-                "-c search_path={} -c lock_timeout=50ms",
+                "-c search_path={} -c lock_timeout={lock_timeout}",
                 schema.name
             ));
             PostgresStoreBuilder::from_config(config)
         })
-        .await;
-    let store: Arc<dyn Store> = Arc::new(store);
-    let (provider, run) = (Provider::default(), fresh_run());
+        .await
+}
+
+/// Another session (an operator's migration, say) that holds the claims
+/// table locked against writes in an open transaction, until it commits.
+async fn lock_the_table(schema: &Schema) -> tokio_postgres::Client {
+    let url = url().expect("url");
+    let locker = admin(&url).await;
+    locker
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE {}.idempotent_claims IN EXCLUSIVE MODE",
+            schema.name
+        ))
+        .await
+        .expect("lock the table");
+    locker
+}
+
+/// A claim and a replay that meet a lock held past the session's
+/// `lock_timeout` (SQLSTATE 55P03) are tried again while the call may wait,
+/// and go through once the lock is gone: delayed, not failed, and each
+/// order refunded once.
+pub(super) async fn a_lock_held_past_lock_timeout_delays_a_claim_and_a_replay_instead_of_failing_them()
+ {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let postgres = Arc::new(store_with_lock_timeout(&schema, "200ms").await);
+    let store: Arc<dyn Store> = postgres.clone();
+    let (provider, run) = (Arc::new(Provider::default()), fresh_run());
     let first = refund_call(&store, &run, "1182", 42)
         .run(refunds(&provider, 42))
         .await
         .expect("the first refund");
     assert!(first.is_fresh());
 
-    // Another session locks the table against writes (an operator's
-    // migration, say), and keeps its transaction open.
-    let url = url().expect("url");
-    let mut locker = admin(&url).await;
-    let locking = locker.transaction().await.expect("a transaction");
-    locking
-        .batch_execute(&format!(
-            "LOCK TABLE {}.idempotent_claims IN EXCLUSIVE MODE",
-            schema.name
-        ))
+    let locker = lock_the_table(&schema).await;
+    let before = postgres.statements();
+    let call = |order: &'static str| {
+        let (call, provider) = (refund_call(&store, &run, order, 42), provider.clone());
+        tokio::spawn(async move { call.run(refunds(&provider, 42)).await })
+    };
+    let (repeat, fresh) = (call("1182"), call("1183"));
+    // However the two claims went (alone, or in a batch the server refused
+    // and whose members went again alone), at most three statements ran
+    // before the guard tried again: a fourth is a claim tried again after a
+    // lock timeout.
+    let retried = async {
+        while postgres.statements() - before < 4 {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, retried)
         .await
-        .expect("lock the table");
+        .expect("a claim tried again after a lock timeout");
+    assert_eq!(provider.refunds(), 1, "nothing ran without its claim");
+    locker
+        .batch_execute("COMMIT")
+        .await
+        .expect("release the lock");
+
+    let repeat = repeat
+        .await
+        .expect("joined")
+        .expect("the repeat, once the lock is gone");
+    let fresh = fresh
+        .await
+        .expect("joined")
+        .expect("the new refund, once the lock is gone");
+    assert!(repeat.is_replay(), "{repeat:?}");
+    assert!(fresh.is_fresh(), "{fresh:?}");
+    assert_eq!(provider.refunds(), 2, "one refund per order");
+}
+
+/// A lock held past the call's own `wait`: the claim gave way every time,
+/// so the call fails as contended, naming the lock timeout, and the action
+/// does not run; once the lock is gone the call acts, once.
+pub(super) async fn a_lock_held_past_the_calls_wait_is_contended_and_nothing_runs() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    let store: Arc<dyn Store> = Arc::new(store_with_lock_timeout(&schema, "50ms").await);
+    let (provider, run) = (Provider::default(), fresh_run());
+    let locker = lock_the_table(&schema).await;
 
     let err = refund_call(&store, &run, "1183", 42)
+        .wait(Duration::from_millis(400))
         .run(refunds(&provider, 42))
         .await
-        .expect_err("the table is locked");
+        .expect_err("the table stays locked");
     let err = err.guard().expect("a guard error");
     assert!(
         matches!(
             err,
-            idempotent_tools::Error::Store(StoreError::Unavailable(_))
+            idempotent_tools::Error::Store(StoreError::Contended(_))
         ),
         "{err:?}"
     );
     assert_eq!(err.action_ran(), Some(false));
-    let all = error_chain(err).join(": ");
+    let chain = error_chain(err);
+    let all = chain.join(": ");
     assert!(all.contains("SQLSTATE 55P03"), "{all}");
-    assert_eq!(provider.refunds(), 1, "nothing ran without its claim");
+    assert_each_cause_once(&chain);
+    assert_eq!(provider.refunds(), 0, "nothing ran without its claim");
 
-    locking.commit().await.expect("release the lock");
+    locker
+        .batch_execute("COMMIT")
+        .await
+        .expect("release the lock");
     let later = refund_call(&store, &run, "1183", 42)
         .run(refunds(&provider, 42))
         .await
         .expect("the call, once the lock is gone");
     assert!(later.is_fresh());
-    assert_eq!(provider.refunds(), 2, "one refund per order");
+    assert_eq!(provider.refunds(), 1, "one refund");
 }
 
 /// A session of the test's own that holds the row of `key` locked, in an

@@ -21,11 +21,14 @@ use crate::outcome::{
 use crate::policy::Takeover;
 use crate::store::record::RecordState;
 use crate::store::record::{Completion, RecordValue};
-use crate::store::{ClaimAnswer, ClaimRequest, Store, StoreFuture, StoreResult, default_store};
+use crate::store::{
+    ClaimAnswer, ClaimRequest, Store, StoreError, StoreFuture, StoreResult, default_store,
+};
 use crate::tool::ToolId;
 
 use super::acting::Acting;
 use super::active;
+use super::backoff::Backoff;
 use super::call::Call;
 use super::codec::ErrorCodec;
 use super::held::{Held, detached};
@@ -151,6 +154,7 @@ impl Call {
     async fn claiming(mut self, store: Arc<dyn Store>, mut first: Option<Answer>) -> Begun {
         let key = self.key.share().clone();
         let mut deadline = None;
+        let mut backoff = Backoff::new();
         loop {
             let answer = match first.take() {
                 Some(answer) => answer,
@@ -158,6 +162,18 @@ impl Call {
                     match observe::timed(&*store, "claim", claim(&store, self.request(&key))).await
                     {
                         Ok(answer) => answer,
+                        // Nothing changed: go again while the call may wait.
+                        Err(StoreError::Contended(_))
+                            if backoff
+                                .again(
+                                    *deadline.get_or_insert_with(|| {
+                                        Instant::now() + self.policy.get().wait
+                                    }),
+                                )
+                                .await =>
+                        {
+                            continue;
+                        }
                         Err(cause) => {
                             let cause = observe::store_failed(&self.tool, &*store, "claim", cause);
                             return Begun::Ended(Ended::Failed(cause));

@@ -26,16 +26,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::answers_at_once;
+use super::backoff::Backoff;
 use crate::observe;
 use crate::store::record::RecordState;
 use crate::store::record::{Completion, RecordValue};
 use crate::store::{Claim, Store, StoreError, StoreFuture, StoreResult};
-
-/// The first pause before a store step is tried again.
-const RETRY_FIRST: Duration = Duration::from_millis(10);
-
-/// The longest pause between two tries.
-const RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// Runs a store step to its end even if the caller stops waiting: on a task
 /// of its own when there is a runtime to spawn it on.
@@ -235,22 +230,18 @@ async fn release(store: &dyn Store, claim: &Claim, lease: Duration) {
 }
 
 /// Runs a store step, trying again with backoff while the store is
-/// unavailable and a retry could still start before `deadline`.
+/// unavailable or the step gave way to another writer, and a retry could
+/// still start before `deadline`.
 async fn retrying<F, Fut>(deadline: Instant, mut step: F) -> StoreResult<()>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = StoreResult<()>>,
 {
-    let mut pause = RETRY_FIRST;
+    let mut backoff = Backoff::new();
     loop {
         match step().await {
-            Err(StoreError::Unavailable(cause)) => {
-                if Instant::now() + pause >= deadline {
-                    return Err(StoreError::Unavailable(cause));
-                }
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(RETRY_MAX);
-            }
+            Err(StoreError::Unavailable(_) | StoreError::Contended(_))
+                if backoff.again(deadline).await => {}
             other => return other,
         }
     }

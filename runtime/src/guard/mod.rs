@@ -11,6 +11,7 @@
 
 mod acting;
 mod active;
+mod backoff;
 mod call;
 mod claim;
 mod codec;

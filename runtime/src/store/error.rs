@@ -11,7 +11,7 @@ use super::{Forget, Store};
 /// |---|---|---|---|---|
 /// | the connection broke: a restart, a failover, a session ended, a dropped socket | (a file) | tried again on another connection for `reconnect_within` | tried again as the connection comes back, for `reconnect_within` | sees the step succeed |
 /// | still away after that, or never reached | | `Unavailable` | `Unavailable` | a claim: the action does not run; a completion or release: tried again while the lease holds, then [`Error::NotRecorded`](crate::Error::NotRecorded) |
-/// | another writer holds the lock: busy, a lock timeout, a serialization failure, a deadlock | waits `busy_timeout`, then `Unavailable` | `Unavailable` (55P03, 40001, 40P01) | (none: one script at a time) | as above |
+/// | another writer holds the lock: busy, a lock timeout, a serialization failure, a deadlock | waits `busy_timeout`, then `Contended` | `Contended` (55P03, 40001, 40P01) | (none: one script at a time) | a claim: tried again until the call's `wait` runs out, then reported; a completion or release: tried again while the lease holds |
 /// | a replica missed a write (`wait_for_replicas`) | | | `Unavailable`, the claim released first | as above |
 /// | the holder's claim was taken over | `LeaseLost` | `LeaseLost` | `LeaseLost` | the action ran, its result is not kept: [`Error::LeaseLost`](crate::Error::LeaseLost) |
 /// | anything else the server refuses | `Backend` | `Backend`, naming the statement and SQLSTATE | `Backend` | a claim: the action does not run |
@@ -24,10 +24,12 @@ use super::{Forget, Store};
 /// - still away: a server never reached refuses the claim; one that stays
 ///   away past the lease leaves the completion
 ///   [`NotRecorded`](crate::Error::NotRecorded), the action having run;
-/// - another writer: a Postgres table locked past `lock_timeout` refuses
-///   the claim; a Postgres completion refused by a serialization failure,
-///   and one chosen as a deadlock's victim, are tried again and recorded; a
-///   SQLite file locked past its `busy_timeout` refuses the claim;
+/// - another writer: a claim and a replay that meet a Postgres table locked
+///   past `lock_timeout`, or a SQLite file locked past its `busy_timeout`,
+///   wait for the lock and then act (or replay) once, and one locked past
+///   the call's `wait` is refused as `Contended`; a Postgres completion
+///   refused by a serialization failure, and one chosen as a deadlock's
+///   victim, are tried again and recorded;
 /// - a replica short: a Redis claim that `WAIT` finds on too few replicas;
 /// - a takeover: the conformance suite's lease cases, on every store;
 /// - anything else: a trigger that refuses claims (SQLite, Postgres), a
@@ -42,6 +44,14 @@ pub enum StoreError {
     /// Trying again later may work.
     #[error("the store is unavailable")]
     Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The step gave way to another writer: a lock held past the store's
+    /// own timeout (Postgres's `lock_timeout`, SQLite's busy timeout), a
+    /// serialization failure, a deadlock. It changed nothing, and may go
+    /// again at once: the guard tries a claim again until the call's `wait`
+    /// runs out, and a completion or release while its lease holds, before
+    /// it reports this.
+    #[error("the store gave way to another writer")]
+    Contended(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The store could not be opened where it was told to live: a SQLite
     /// file whose directory is missing or not writable, say. Nothing was
     /// done; fix the place, then open the store again.

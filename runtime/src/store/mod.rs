@@ -109,6 +109,9 @@ use std::any::Any;
 ///   keeps JSON;
 /// - [`StoreError::Unavailable`] means nothing was done, or the step may be
 ///   tried again safely: the guard retries completions and releases on it;
+/// - [`StoreError::Contended`] means the step gave way to another writer and
+///   changed nothing: the guard also tries a claim again on it, while the
+///   call may wait;
 /// - a held claim is never purged; a completed record is purged only after
 ///   its retention;
 /// - a [`Wait`] never misses a completion or release that happens after the

@@ -33,8 +33,9 @@ pub(super) fn corrupt(err: tokio_postgres::Error) -> StoreError {
     StoreError::Corrupt(format!("a claim row could not be read: {err}"))
 }
 
-/// Sorts errors into "unreachable" (the action must not run, and a retry
-/// later may work) and everything else, naming the statement that failed and
+/// Sorts errors into "gave way to another writer" (nothing changed; go
+/// again), "unreachable" (the action must not run, and a retry later may
+/// work) and everything else, naming the statement that failed and
 /// the server's SQLSTATE; the server's own message is the source.
 pub(super) fn pg_error(
     statement: &'static str,
@@ -58,16 +59,18 @@ pub(super) fn pg_error(
             sqlstate: Some(code.code().to_owned()),
             source: err,
         });
-        if matches!(class.as_str(), "08" | "53" | "57")
-            || code == SqlState::LOCK_NOT_AVAILABLE
+        if code == SqlState::LOCK_NOT_AVAILABLE
             || code == SqlState::T_R_SERIALIZATION_FAILURE
             || code == SqlState::T_R_DEADLOCK_DETECTED
         {
-            // Connection exceptions, insufficient resources, operator
-            // intervention (a shutdown, a cancelled statement), and a
-            // statement that gave way to another: a lock timeout, a
+            // A statement that gave way to another: a lock timeout, a
             // serialization failure, a deadlock. Each statement is its own
-            // transaction, so it changed nothing, and a retry may work.
+            // transaction, so it changed nothing, and may go again at once.
+            StoreError::Contended(failed)
+        } else if matches!(class.as_str(), "08" | "53" | "57") {
+            // Connection exceptions, insufficient resources, operator
+            // intervention (a shutdown, a cancelled statement): a retry
+            // later may work.
             StoreError::Unavailable(failed)
         } else {
             StoreError::Backend(failed)

@@ -115,11 +115,14 @@ pub const RECHECK_EVERY: Duration = Duration::from_secs(2);
 ///   pacing itself, for up to
 ///   [`reconnect_within`](PostgresStoreBuilder::reconnect_within). Trying
 ///   again never acts twice: a claim whose reply was lost finds the row its
-///   own by its owner token, and the other steps are fenced. A statement
-///   that gave way to another (a lock timeout, a serialization failure, a
-///   deadlock) changed nothing and is reported
-///   [unavailable](StoreError::Unavailable), as is a server still away when
-///   the budget runs out.
+///   own by its owner token, and the other steps are fenced. A server still
+///   away when the budget runs out is reported
+///   [unavailable](StoreError::Unavailable). A statement that gave way to
+///   another writer (a lock timeout, a serialization failure, a deadlock)
+///   changed nothing and is reported [contended](StoreError::Contended):
+///   the guard tries a claim again for as long as the call may wait, so an
+///   operator's lock held past the role's `lock_timeout` delays calls
+///   rather than failing them.
 ///
 /// Compiled here, not run: the test suite runs the same steps against a real
 /// server.

@@ -46,7 +46,8 @@ pub const SQLITE_SCHEMA: &str = concat!(
 );
 
 /// How long a statement waits for another process's write lock before the
-/// store reports itself [unavailable](StoreError::Unavailable).
+/// store reports it [contended](StoreError::Contended) (the guard then
+/// tries a claim again for as long as the call may wait).
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A waiter's first look at a claim held in another process.

@@ -125,7 +125,7 @@ impl SqliteStoreBuilder {
     /// # Errors
     ///
     /// [`StoreError::CannotOpen`] if the file cannot be opened or created,
-    /// naming its path; [`StoreError::Unavailable`] if it is locked past the
+    /// naming its path; [`StoreError::Contended`] if it is locked past the
     /// busy timeout; [`StoreError::MissingSchema`] or
     /// [`StoreError::SchemaTooNew`] as above, and [`StoreError::Backend`]
     /// if the file cannot be switched to WAL.
