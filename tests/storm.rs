@@ -1,6 +1,8 @@
 //! Storm on the project's own refund tool, on every store, with a fixed
-//! budget of schedules; and storm finding two planted bugs: a tool written
-//! check-then-act, and a store wrapper that forgets to fence.
+//! budget of schedules; and storm finding three planted bugs: a tool written
+//! check-then-act, a store wrapper that forgets to fence, and a tool that
+//! keeps the guard's key from its provider (found with the defaults on
+//! every store).
 //!
 //! The budget (seed [`DEFAULT_SEED`], the counts below) keeps the whole
 //! target well under a minute; `guide/testing.md` gives the figures. The
@@ -296,9 +298,10 @@ async fn refund_tool_on_sqlite() {
     passed(report);
 }
 
+/// A Postgres store in a schema of its own, and the connection that drops
+/// the schema afterwards.
 #[cfg(feature = "postgres")]
-async fn refund_tool_on_postgres() {
-    use idempotent_tools::PostgresStore;
+async fn postgres() -> (Arc<dyn Store>, impl AsyncFnOnce()) {
     use idempotent_tools::store::postgres::tokio_postgres::{self, Config, NoTls};
 
     let url = std::env::var("IDEMPOTENT_POSTGRES_URL").expect("the harness checked it");
@@ -321,7 +324,18 @@ async fn refund_tool_on_postgres() {
         .await
         .expect("a store");
     store.migrate().await.expect("the schema");
-    let store: Arc<PostgresStore> = Arc::new(store);
+    let drop_schema = async move || {
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .expect("the schema dropped");
+    };
+    (Arc::new(store), drop_schema)
+}
+
+#[cfg(feature = "postgres")]
+async fn refund_tool_on_postgres() {
+    let (store, drop_schema) = postgres().await;
     let report = refund_storm()
         .store(move || {
             let store = Arc::clone(&store);
@@ -330,16 +344,15 @@ async fn refund_tool_on_postgres() {
         .schedules(DURABLE_SCHEDULES)
         .run()
         .await;
-    admin
-        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
-        .await
-        .expect("the schema dropped");
+    drop_schema().await;
     assert!(report.short_leases, "Postgres leases run out");
     passed(report);
 }
 
+/// A Redis store under a key prefix of its own, and what deletes its keys
+/// afterwards.
 #[cfg(feature = "redis")]
-async fn refund_tool_on_redis() {
+async fn redis() -> (Arc<dyn Store>, impl AsyncFnOnce()) {
     use idempotent_tools::RedisStore;
     use idempotent_tools::store::redis::redis;
 
@@ -348,13 +361,36 @@ async fn refund_tool_on_redis() {
         "idempotent-storm:{}:",
         idempotent_tools_testing::conformance::kit::unique_id()
     );
-    let store = Arc::new(
-        RedisStore::builder(url.as_str())
-            .prefix(prefix.as_str())
-            .connect()
+    let store = RedisStore::builder(url.as_str())
+        .prefix(prefix.as_str())
+        .connect()
+        .await
+        .expect("a store");
+    let delete_keys = async move || {
+        let mut admin = redis::Client::open(url.as_str())
+            .expect("a Redis URL")
+            .get_multiplexed_async_connection()
             .await
-            .expect("a store"),
-    );
+            .expect("Redis must be reachable");
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query_async(&mut admin)
+            .await
+            .expect("keys");
+        if !keys.is_empty() {
+            let () = redis::cmd("DEL")
+                .arg(keys)
+                .query_async(&mut admin)
+                .await
+                .expect("keys deleted");
+        }
+    };
+    (Arc::new(store), delete_keys)
+}
+
+#[cfg(feature = "redis")]
+async fn refund_tool_on_redis() {
+    let (store, delete_keys) = redis().await;
     let report = refund_storm()
         .store(move || {
             let store = Arc::clone(&store);
@@ -363,25 +399,59 @@ async fn refund_tool_on_redis() {
         .schedules(DURABLE_SCHEDULES)
         .run()
         .await;
-    let mut admin = redis::Client::open(url.as_str())
-        .expect("a Redis URL")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("Redis must be reachable");
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
-        .query_async(&mut admin)
-        .await
-        .expect("keys");
-    if !keys.is_empty() {
-        let () = redis::cmd("DEL")
-            .arg(keys)
-            .query_async(&mut admin)
-            .await
-            .expect("keys deleted");
-    }
+    delete_keys().await;
     assert!(report.short_leases, "Redis leases run out");
     passed(report);
+}
+
+/// Storm with its default settings finds the planted tool that keeps its
+/// key from the provider on `store`: a holder acted and vanished, or was
+/// dropped once the provider acted, and the caller after it refunded again.
+async fn finds_a_missing_provider_key(store: Arc<dyn Store>) -> Report {
+    let report = keyless_storm(move || {
+        let store = Arc::clone(&store);
+        async move { store }
+    })
+    .run()
+    .await;
+    let text = report.to_string();
+    println!("{text}");
+    let failure = report
+        .failure
+        .as_ref()
+        .expect("storm finds the second refund");
+    assert!(!repeated_effects(failure).is_empty(), "{text}");
+    assert!(
+        failure.shrunk.events.len() <= 3,
+        "shrunk to a short schedule: {text}"
+    );
+    report
+}
+
+async fn finds_a_missing_provider_key_on_memory() {
+    // Its leases never run out, so no holder vanishes there; a caller
+    // dropped once the provider acted finds it.
+    finds_a_missing_provider_key(Arc::new(MemoryStore::new())).await;
+}
+
+async fn finds_a_missing_provider_key_on_sqlite() {
+    let (_dir, store) = sqlite();
+    let report = finds_a_missing_provider_key(store).await;
+    assert!(report.short_leases, "SQLite leases run out");
+}
+
+#[cfg(feature = "postgres")]
+async fn finds_a_missing_provider_key_on_postgres() {
+    let (store, drop_schema) = postgres().await;
+    finds_a_missing_provider_key(store).await;
+    drop_schema().await;
+}
+
+#[cfg(feature = "redis")]
+async fn finds_a_missing_provider_key_on_redis() {
+    let (store, delete_keys) = redis().await;
+    finds_a_missing_provider_key(store).await;
+    delete_keys().await;
 }
 
 /// The refund tool as it is often written: look up, then refund, no guard.
@@ -534,10 +604,18 @@ fn main() {
         finds_a_store_that_forgets_to_fence,
         a_seed_replays_its_failure_every_time_and_shrinks_the_same_way,
         a_key_without_the_object_is_reported_at_once,
+        finds_a_missing_provider_key_on_memory,
+        finds_a_missing_provider_key_on_sqlite,
     );
     #[cfg(feature = "postgres")]
-    trials.extend(trials!("IDEMPOTENT_POSTGRES_URL"; refund_tool_on_postgres));
+    trials.extend(trials!("IDEMPOTENT_POSTGRES_URL";
+        refund_tool_on_postgres,
+        finds_a_missing_provider_key_on_postgres,
+    ));
     #[cfg(feature = "redis")]
-    trials.extend(trials!("IDEMPOTENT_REDIS_URL"; refund_tool_on_redis));
+    trials.extend(trials!("IDEMPOTENT_REDIS_URL";
+        refund_tool_on_redis,
+        finds_a_missing_provider_key_on_redis,
+    ));
     harness::main(trials)
 }

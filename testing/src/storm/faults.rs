@@ -118,7 +118,7 @@ fn unavailable() -> StoreError {
 fn lost_at(trouble: Trouble) -> Option<Moment> {
     match trouble {
         Trouble::DroppedDuringAction => Some(Moment::BeforeActing),
-        Trouble::Vanishes => Some(Moment::Acted),
+        Trouble::DroppedAfterActing | Trouble::Vanishes => Some(Moment::Acted),
         _ => None,
     }
 }

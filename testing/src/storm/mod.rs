@@ -10,7 +10,8 @@
 //!   dropped calls (a later ask of the same object);
 //! - callers dropped at chosen points: before their claim is answered,
 //!   during their action (when it reaches the [`Storm::provider`], before
-//!   the provider acts), during their completion;
+//!   the provider acts), once the provider acted (the effect happened, the
+//!   answer was lost), during their completion;
 //! - store faults, injected by a store wrapped around the one under test:
 //!   a claim, completion, release or renewal that fails as unreachable,
 //!   stalls, or is carried out but answers after its caller gave up;
@@ -18,7 +19,10 @@
 //!   once the provider acted (their later steps never reach the store, as
 //!   for a killed process), completions paused until another caller took
 //!   the claim over (a stale holder completing late), and leases let run
-//!   out.
+//!   out. A holder that acted and vanished is taken over once its lease
+//!   ran out: a tool that keeps the guard's key from its provider acts
+//!   twice, and is found there (and, on every store, by a caller dropped
+//!   once the provider acted, then asked again).
 //!
 //! After every schedule it checks:
 //!

@@ -29,6 +29,11 @@ pub enum Trouble {
     /// The caller is dropped while its action runs: when its call reaches
     /// the stand-in provider, before the provider acts.
     DroppedDuringAction,
+    /// The caller is dropped once the stand-in provider acted on its call,
+    /// before the answer comes back: the effect happened, the guard
+    /// releases the claim, and a retry acts again (once more at the
+    /// provider, unless the tool hands it the guard's key).
+    DroppedAfterActing,
     /// The caller is dropped while its completion is on its way to the store.
     DroppedDuringCompletion,
     /// The store's next such step for this key fails as unreachable.
@@ -65,7 +70,10 @@ impl Trouble {
     /// Whether this trouble lands in the action, at a moment the stand-in
     /// provider marks: without a provider the storm leaves it out.
     pub(super) fn needs_provider(self) -> bool {
-        matches!(self, Trouble::DroppedDuringAction | Trouble::Vanishes)
+        matches!(
+            self,
+            Trouble::DroppedDuringAction | Trouble::DroppedAfterActing | Trouble::Vanishes
+        )
     }
 
     /// Whether the caller is dropped when its step is reached.
@@ -74,6 +82,7 @@ impl Trouble {
             self,
             Trouble::DroppedBeforeClaimAnswer
                 | Trouble::DroppedDuringAction
+                | Trouble::DroppedAfterActing
                 | Trouble::DroppedDuringCompletion
                 | Trouble::AnswersLate(_)
                 | Trouble::Vanishes
@@ -155,6 +164,7 @@ pub(super) fn describe(trouble: Trouble) -> String {
         Trouble::DroppedDuringAction => {
             "dropped during its action, before the provider acts".into()
         }
+        Trouble::DroppedAfterActing => "dropped once the provider acted".into(),
         Trouble::DroppedDuringCompletion => "dropped during its completion".into(),
         Trouble::Fails(step) => format!("its {} fails", step_name(step)),
         Trouble::Stalls(step) => format!("its {} stalls", step_name(step)),
@@ -198,12 +208,15 @@ fn trouble(short_leases: bool, provider: bool) -> BoxedStrategy<Trouble> {
         6 => Just(Trouble::None),
         1 => Just(Trouble::DroppedBeforeClaimAnswer),
         1 => Just(Trouble::DroppedDuringAction),
+        1 => Just(Trouble::DroppedAfterActing),
         1 => Just(Trouble::DroppedDuringCompletion),
         1 => steps().prop_map(Trouble::Fails),
         1 => steps().prop_map(Trouble::Stalls),
         1 => prop_oneof![Just(Step::Claim), Just(Step::Complete)].prop_map(Trouble::AnswersLate),
         1 => Just(Trouble::PausedPastLease),
-        1 => Just(Trouble::Vanishes),
+        // Acted, vanished, taken over: the case that finds a tool keeping
+        // its key from the provider, explored twice as often.
+        2 => Just(Trouble::Vanishes),
     ];
     every
         .prop_filter("needs leases that run out, or a provider", move |t| {
