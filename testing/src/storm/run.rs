@@ -116,6 +116,13 @@ where
                 let (task, claimed) = caller(setup, &store, &run, times, ask, *trouble);
                 running.push((*k, task));
                 let _ = tokio::time::timeout(times.patience(), claimed.notified()).await;
+                // A caller that is dropped ends, and its steps that run on
+                // without it end, before the next event: what follows finds
+                // its claim released, completed, or (vanished) held, never
+                // one or the other as the timing falls.
+                if trouble.drops_caller() {
+                    settle(&store, times, &mut running, &mut callers, Some(*k)).await;
+                }
             }
             Event::Burst { object: k, callers } => {
                 objects.insert(object(*k));
