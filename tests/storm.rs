@@ -1,6 +1,8 @@
 //! Storm on the project's own refund tool, on every store, with a fixed
-//! budget of schedules; and storm finding two planted bugs: a tool written
-//! check-then-act, and a store wrapper that forgets to fence.
+//! budget of schedules; and storm finding three planted bugs: a tool written
+//! check-then-act, a store wrapper that forgets to fence, and a tool that
+//! keeps the guard's key from its provider (found with the defaults on
+//! every store).
 //!
 //! The budget (seed [`DEFAULT_SEED`], the counts below) keeps the whole
 //! target well under a minute; `guide/testing.md` gives the figures. The
@@ -19,7 +21,7 @@ use idempotent_tools::store::{
     Claim, ClaimAnswer, ClaimRequest, Completion, Store, StoreError, StoreFuture, StoreResult,
 };
 use idempotent_tools::{MemoryStore, Outcome, SqliteStore, idempotent};
-use idempotent_tools_testing::storm::{Ask, DEFAULT_SEED, Report, Storm, Violation};
+use idempotent_tools_testing::storm::{Ask, DEFAULT_SEED, Failure, Report, Storm, Violation};
 use idempotent_tools_testing::{Provider, ProviderError, Refund};
 
 /// Schedules on the memory store, and on each durable store.
@@ -65,13 +67,27 @@ impl Shop {
     }
 }
 
+impl Shop {
+    /// A planted bug: the same tool, but the provider is never handed the
+    /// guard's key. A holder that acted and vanished is taken over by a
+    /// caller that refunds again.
+    #[idempotent(key = "<run>:refund:<order_id>", store = &self.store, wait = "1s", lease = "300ms")]
+    async fn refund_without_provider_key(
+        &self,
+        order_id: String,
+        usd: u64,
+    ) -> Result<Outcome<Refund>, PayError> {
+        Ok(self.provider.refund(&order_id, usd, None).await?)
+    }
+}
+
 /// A storm on the refund tool, counting refunds at the provider.
 fn refund_storm() -> Storm<Refund, PayError> {
     let provider = Provider::with_delay(Duration::from_millis(2));
-    let counted = provider.clone();
+    let tool = provider.clone();
     Storm::new(move |store, ask: Ask| {
         let shop = Shop {
-            provider: provider.clone(),
+            provider: tool.clone(),
             store,
         };
         async move {
@@ -80,12 +96,177 @@ fn refund_storm() -> Storm<Refund, PayError> {
                 .await
         }
     })
-    .effects(move |order| counted.refunds_of(order))
-    .guard_error(|error| match error {
+    .provider(&provider)
+    .guard_error(guard_error)
+    .policy(&policy())
+}
+
+fn guard_error(error: &PayError) -> Option<&idempotent_tools::Error> {
+    match error {
         PayError::Idempotency(error) => Some(error),
         PayError::Provider(_) => None,
+    }
+}
+
+/// A storm with the defaults on the planted tool that keeps its key from
+/// the provider, on the store `open` makes.
+fn keyless_storm<F, Fut>(open: F) -> Storm<Refund, PayError>
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Arc<dyn Store>> + Send + 'static,
+{
+    let provider = Provider::with_delay(Duration::from_millis(2));
+    let tool = provider.clone();
+    Storm::new(move |store, ask: Ask| {
+        let shop = Shop {
+            provider: tool.clone(),
+            store,
+        };
+        async move {
+            let usd = 40 + u64::from(ask.variant);
+            shop.refund_without_provider_key(ask.object, usd).await
+        }
     })
+    .provider(&provider)
+    .guard_error(guard_error)
     .policy(&policy())
+    .store(open)
+}
+
+/// An SQLite store in a directory of its own, kept as long as the store.
+fn sqlite() -> (tempfile::TempDir, Arc<dyn Store>) {
+    let dir = tempfile::tempdir().expect("a directory");
+    let store = Arc::new(SqliteStore::open(dir.path().join("claims.db")).expect("a store"));
+    (dir, store)
+}
+
+/// The object's number in a failure, without the schedule's own tag:
+/// `storm0` for `storm0-<id>`.
+fn repeated_effects(failure: &Failure) -> Vec<String> {
+    failure
+        .violations
+        .iter()
+        .filter_map(|v| match v {
+            Violation::EffectRepeated { object, .. } => object.split('-').next().map(str::to_owned),
+            _ => None,
+        })
+        .collect()
+}
+
+async fn a_seed_replays_its_failure_every_time_and_shrinks_the_same_way() {
+    // Two storms from the same seed find the same schedule, and shrink it
+    // to the same one.
+    let (_dirs, stores): (Vec<_>, Vec<_>) = (0..2).map(|_| sqlite()).unzip();
+    let storms = stores.iter().map(|store| {
+        let store = Arc::clone(store);
+        keyless_storm(move || {
+            let store = Arc::clone(&store);
+            async move { store }
+        })
+        .run()
+    });
+    let reports = futures_util::future::join_all(storms).await;
+    let text = reports[0].to_string();
+    println!("{text}");
+    let failure = reports[0]
+        .failure
+        .clone()
+        .expect("storm finds the second refund");
+    let again = reports[1].failure.clone().expect("and finds it again");
+    assert_eq!(again.seed, failure.seed, "{text}");
+    assert_eq!(
+        again.shrunk, failure.shrunk,
+        "shrinking is the same twice: {text}"
+    );
+    let broke = repeated_effects(&failure);
+    assert!(!broke.is_empty(), "{text}");
+    assert!(
+        text.contains(&format!("STORM_SEED={}", failure.seed)),
+        "{text}"
+    );
+
+    // Its seed replays that schedule, unshrunk, and fails the same way on
+    // each of 30 replays, run at once on a busy machine.
+    let (_dirs, stores): (Vec<_>, Vec<_>) = (0..30).map(|_| sqlite()).unzip();
+    let replays = stores.iter().map(|store| {
+        let store = Arc::clone(store);
+        keyless_storm(move || {
+            let store = Arc::clone(&store);
+            async move { store }
+        })
+        .replay(failure.seed)
+        .run()
+    });
+    let replays = futures_util::future::join_all(replays).await;
+    let mut failed = 0;
+    for replay in &replays {
+        assert_eq!(replay.schedules, 1);
+        let text = replay.to_string();
+        assert!(text.starts_with("storm: 1 schedule,"), "{text}");
+        let Some(replayed) = &replay.failure else {
+            continue;
+        };
+        assert_eq!(replayed.original, failure.original);
+        assert_eq!(replayed.shrink_runs, 0, "a replay is not shrunk again");
+        if repeated_effects(replayed) == broke {
+            failed += 1;
+        }
+    }
+    assert_eq!(failed, 30, "the seed replays its failure in every replay");
+}
+
+/// A tool whose key leaves out the object: the storm says so at its first
+/// claim, and waits for nothing.
+async fn a_key_without_the_object_is_reported_at_once() {
+    let provider = Provider::with_delay(Duration::from_millis(2));
+    let tool = provider.clone();
+    let started = std::time::Instant::now();
+    let report = Storm::new(move |store, ask: Ask| {
+        let provider = tool.clone();
+        async move {
+            let run =
+                idempotent_tools::Run::current().ok_or(idempotent_tools::Error::MissingRun)?;
+            // The order is missing from the key.
+            let key = idempotent_tools::call::Key::builder()
+                .part("run", &run)
+                .and_then(|key| key.literal(":refund"))
+                .and_then(|key| key.finish())
+                .map_err(idempotent_tools::Error::from)?;
+            idempotent_tools::call::Call::new("shop::refund", key)
+                .policy(policy())
+                .store(store)
+                .run(async move {
+                    provider
+                        .refund(&ask.object, 42, None)
+                        .await
+                        .map_err(PayError::from)
+                })
+                .await
+        }
+    })
+    .guard_error(guard_error)
+    .provider(&provider)
+    .policy(&policy())
+    .run()
+    .await;
+    let text = report.to_string();
+    println!("{text}");
+    let failure = report
+        .failure
+        .expect("a key without the object is an error");
+    assert_eq!(report.schedules, 1, "{text}");
+    assert!(
+        matches!(
+            failure.violations.as_slice(),
+            [Violation::KeyWithoutObject { .. }]
+        ),
+        "{text}"
+    );
+    assert!(text.contains("leaves out the object"), "{text}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "no wait per ask: {text}"
+    );
 }
 
 fn passed(report: Report) {
@@ -117,9 +298,10 @@ async fn refund_tool_on_sqlite() {
     passed(report);
 }
 
+/// A Postgres store in a schema of its own, and the connection that drops
+/// the schema afterwards.
 #[cfg(feature = "postgres")]
-async fn refund_tool_on_postgres() {
-    use idempotent_tools::PostgresStore;
+async fn postgres() -> (Arc<dyn Store>, impl AsyncFnOnce()) {
     use idempotent_tools::store::postgres::tokio_postgres::{self, Config, NoTls};
 
     let url = std::env::var("IDEMPOTENT_POSTGRES_URL").expect("the harness checked it");
@@ -142,7 +324,18 @@ async fn refund_tool_on_postgres() {
         .await
         .expect("a store");
     store.migrate().await.expect("the schema");
-    let store: Arc<PostgresStore> = Arc::new(store);
+    let drop_schema = async move || {
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .expect("the schema dropped");
+    };
+    (Arc::new(store), drop_schema)
+}
+
+#[cfg(feature = "postgres")]
+async fn refund_tool_on_postgres() {
+    let (store, drop_schema) = postgres().await;
     let report = refund_storm()
         .store(move || {
             let store = Arc::clone(&store);
@@ -151,16 +344,15 @@ async fn refund_tool_on_postgres() {
         .schedules(DURABLE_SCHEDULES)
         .run()
         .await;
-    admin
-        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
-        .await
-        .expect("the schema dropped");
+    drop_schema().await;
     assert!(report.short_leases, "Postgres leases run out");
     passed(report);
 }
 
+/// A Redis store under a key prefix of its own, and what deletes its keys
+/// afterwards.
 #[cfg(feature = "redis")]
-async fn refund_tool_on_redis() {
+async fn redis() -> (Arc<dyn Store>, impl AsyncFnOnce()) {
     use idempotent_tools::RedisStore;
     use idempotent_tools::store::redis::redis;
 
@@ -169,13 +361,36 @@ async fn refund_tool_on_redis() {
         "idempotent-storm:{}:",
         idempotent_tools_testing::conformance::kit::unique_id()
     );
-    let store = Arc::new(
-        RedisStore::builder(url.as_str())
-            .prefix(prefix.as_str())
-            .connect()
+    let store = RedisStore::builder(url.as_str())
+        .prefix(prefix.as_str())
+        .connect()
+        .await
+        .expect("a store");
+    let delete_keys = async move || {
+        let mut admin = redis::Client::open(url.as_str())
+            .expect("a Redis URL")
+            .get_multiplexed_async_connection()
             .await
-            .expect("a store"),
-    );
+            .expect("Redis must be reachable");
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query_async(&mut admin)
+            .await
+            .expect("keys");
+        if !keys.is_empty() {
+            let () = redis::cmd("DEL")
+                .arg(keys)
+                .query_async(&mut admin)
+                .await
+                .expect("keys deleted");
+        }
+    };
+    (Arc::new(store), delete_keys)
+}
+
+#[cfg(feature = "redis")]
+async fn refund_tool_on_redis() {
+    let (store, delete_keys) = redis().await;
     let report = refund_storm()
         .store(move || {
             let store = Arc::clone(&store);
@@ -184,25 +399,59 @@ async fn refund_tool_on_redis() {
         .schedules(DURABLE_SCHEDULES)
         .run()
         .await;
-    let mut admin = redis::Client::open(url.as_str())
-        .expect("a Redis URL")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("Redis must be reachable");
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
-        .query_async(&mut admin)
-        .await
-        .expect("keys");
-    if !keys.is_empty() {
-        let () = redis::cmd("DEL")
-            .arg(keys)
-            .query_async(&mut admin)
-            .await
-            .expect("keys deleted");
-    }
+    delete_keys().await;
     assert!(report.short_leases, "Redis leases run out");
     passed(report);
+}
+
+/// Storm with its default settings finds the planted tool that keeps its
+/// key from the provider on `store`: a holder acted and vanished, or was
+/// dropped once the provider acted, and the caller after it refunded again.
+async fn finds_a_missing_provider_key(store: Arc<dyn Store>) -> Report {
+    let report = keyless_storm(move || {
+        let store = Arc::clone(&store);
+        async move { store }
+    })
+    .run()
+    .await;
+    let text = report.to_string();
+    println!("{text}");
+    let failure = report
+        .failure
+        .as_ref()
+        .expect("storm finds the second refund");
+    assert!(!repeated_effects(failure).is_empty(), "{text}");
+    assert!(
+        failure.shrunk.events.len() <= 3,
+        "shrunk to a short schedule: {text}"
+    );
+    report
+}
+
+async fn finds_a_missing_provider_key_on_memory() {
+    // Its leases never run out, so no holder vanishes there; a caller
+    // dropped once the provider acted finds it.
+    finds_a_missing_provider_key(Arc::new(MemoryStore::new())).await;
+}
+
+async fn finds_a_missing_provider_key_on_sqlite() {
+    let (_dir, store) = sqlite();
+    let report = finds_a_missing_provider_key(store).await;
+    assert!(report.short_leases, "SQLite leases run out");
+}
+
+#[cfg(feature = "postgres")]
+async fn finds_a_missing_provider_key_on_postgres() {
+    let (store, drop_schema) = postgres().await;
+    finds_a_missing_provider_key(store).await;
+    drop_schema().await;
+}
+
+#[cfg(feature = "redis")]
+async fn finds_a_missing_provider_key_on_redis() {
+    let (store, delete_keys) = redis().await;
+    finds_a_missing_provider_key(store).await;
+    delete_keys().await;
 }
 
 /// The refund tool as it is often written: look up, then refund, no guard.
@@ -237,12 +486,11 @@ async fn check_then_act(
 
 async fn finds_a_tool_written_check_then_act() {
     let provider = Provider::with_delay(Duration::from_millis(2));
-    let (tool, counted) = (provider.clone(), provider.clone());
     let refunded = Arc::new(Mutex::new(HashSet::new()));
     let storm = move || {
-        let (tool, counted, refunded) = (tool.clone(), counted.clone(), Arc::clone(&refunded));
+        let (tool, refunded) = (provider.clone(), Arc::clone(&refunded));
         Storm::new(move |_store, ask| check_then_act(tool.clone(), Arc::clone(&refunded), ask))
-            .effects(move |order| counted.refunds_of(order))
+            .provider(&provider)
             .policy(&policy())
             .schedules(50)
     };
@@ -266,11 +514,11 @@ async fn finds_a_tool_written_check_then_act() {
         "{text}"
     );
 
-    // The seed replays it: the same schedule fails, and shrinks the same way.
+    // The seed replays it: the same schedule fails, and is not shrunk again.
     let again = storm().replay(failure.seed).run().await;
     let replayed = again.failure.expect("the seed replays the failure");
     assert_eq!(replayed.original, failure.original);
-    assert_eq!(replayed.shrunk, failure.shrunk);
+    assert_eq!(replayed.shrink_runs, 0);
 }
 
 /// A store wrapper that forgets to fence: a stale holder's completion is
@@ -344,7 +592,7 @@ async fn finds_a_store_that_forgets_to_fence() {
     assert_eq!(again.schedules, 1);
     let replayed = again.failure.expect("the seed replays the failure");
     assert_eq!(replayed.original, failure.original);
-    assert_eq!(replayed.shrunk, failure.shrunk);
+    assert_eq!(replayed.shrink_runs, 0);
 }
 
 fn main() {
@@ -354,10 +602,20 @@ fn main() {
         refund_tool_on_sqlite,
         finds_a_tool_written_check_then_act,
         finds_a_store_that_forgets_to_fence,
+        a_seed_replays_its_failure_every_time_and_shrinks_the_same_way,
+        a_key_without_the_object_is_reported_at_once,
+        finds_a_missing_provider_key_on_memory,
+        finds_a_missing_provider_key_on_sqlite,
     );
     #[cfg(feature = "postgres")]
-    trials.extend(trials!("IDEMPOTENT_POSTGRES_URL"; refund_tool_on_postgres));
+    trials.extend(trials!("IDEMPOTENT_POSTGRES_URL";
+        refund_tool_on_postgres,
+        finds_a_missing_provider_key_on_postgres,
+    ));
     #[cfg(feature = "redis")]
-    trials.extend(trials!("IDEMPOTENT_REDIS_URL"; refund_tool_on_redis));
+    trials.extend(trials!("IDEMPOTENT_REDIS_URL";
+        refund_tool_on_redis,
+        finds_a_missing_provider_key_on_redis,
+    ));
     harness::main(trials)
 }

@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
-use idempotent_tools::rmcp::{ResolvesRuns, RunHeaderLayer, SessionRuns};
+use idempotent_tools::rmcp::{ConnectionRuns, ResolvesRuns, RunHeaderLayer, SessionRuns};
 use idempotent_tools::{FreeText, Outcome, Run, idempotent};
 use idempotent_tools_testing::{Provider, ProviderError, Refund};
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -111,7 +111,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     match args.next().as_deref() {
         Some("stdio") => {
             // stdout carries the protocol; the log goes to stderr.
-            let server = Shop::new(provider).serve(rmcp::transport::stdio()).await?;
+            let server = Shop::new(provider)
+                .serve(ConnectionRuns::new(rmcp::transport::stdio()))
+                .await?;
             server.waiting().await?;
         }
         Some("http") => {

@@ -125,8 +125,9 @@ async fn a_client_that_sends_no_meta_refunds_once_per_connection() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stateless_client_over_a_pipe_shares_the_server_wide_run() {
-    // 2026-07-28 has no handshake, so nothing marks the connection: the
-    // request falls to the server-wide run, never to a run of its own.
+    // 2026-07-28 has no handshake, so nothing marks a connection served
+    // without `ConnectionRuns`: the request falls to the server-wide run,
+    // never to a run of its own.
     let provider = Provider::default();
     let first = connect(Shop::new(provider.clone()), Protocol::Stateless).await;
     let second = connect(Shop::new(provider.clone()), Protocol::Stateless).await;

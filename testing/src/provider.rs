@@ -1,9 +1,12 @@
 //! A stand-in payment provider that counts what reached it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
+
+use tokio::sync::Notify;
 
 use serde::{Deserialize, Serialize};
 
@@ -88,6 +91,69 @@ struct Inner {
     delay: Duration,
     lose_next_reply: AtomicBool,
     ledger: Mutex<Ledger>,
+    losses: Mutex<Vec<Loss>>,
+    tickets: AtomicU64,
+}
+
+/// Where [`Provider::lose_next_call`] loses a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Moment {
+    /// As the call arrives (it is counted in
+    /// [`calls_received`](Provider::calls_received)), before the refund is
+    /// made: nothing happened.
+    BeforeActing,
+    /// Once the refund is made, before its answer goes back: the effect
+    /// happened, and the caller never hears of it.
+    Acted,
+}
+
+/// A call the provider will lose, once one reaches it: see
+/// [`Provider::lose_next_call`].
+#[derive(Debug, Clone)]
+pub struct LostCall {
+    reached: Arc<Reached>,
+}
+
+#[derive(Debug, Default)]
+struct Reached {
+    yes: AtomicBool,
+    notify: Notify,
+}
+
+impl LostCall {
+    /// Waits until a call has reached the moment it is lost at (at once if
+    /// one has).
+    pub async fn reached(&self) {
+        loop {
+            let notified = self.reached.notify.notified();
+            if self.reached.yes.load(Ordering::SeqCst) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Whether a call has reached the moment it is lost at.
+    pub fn is_reached(&self) -> bool {
+        self.reached.yes.load(Ordering::SeqCst)
+    }
+}
+
+/// A call to lose: the next one on `order_id`, at `at`.
+struct Loss {
+    ticket: u64,
+    order_id: String,
+    at: Moment,
+    on_reached: Box<dyn FnOnce() + Send>,
+}
+
+impl fmt::Debug for Loss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Loss")
+            .field("order_id", &self.order_id)
+            .field("at", &self.at)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -119,6 +185,8 @@ impl Provider {
                 delay,
                 lose_next_reply: AtomicBool::new(false),
                 ledger: Mutex::new(Ledger::default()),
+                losses: Mutex::new(Vec::new()),
+                tickets: AtomicU64::new(0),
             }),
         }
     }
@@ -128,6 +196,88 @@ impl Provider {
     /// Later calls answer normally.
     pub fn lose_next_reply(&self) {
         self.inner.lose_next_reply.store(true, Ordering::SeqCst);
+    }
+
+    /// Makes the next call on `order_id` stop at `at` and never answer, as
+    /// for a caller whose connection broke there: at [`Moment::Acted`] the
+    /// refund is made and the answer never comes back. The call stays
+    /// pending until its caller drops it (a timeout around it, a cancelled
+    /// task). Later calls answer normally. The returned [`LostCall`] says
+    /// when a call reached that moment, so a test drops its caller then,
+    /// and not at a moment the machine's timing picks.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use idempotent_tools_testing::{Moment, Provider};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), idempotent_tools_testing::ProviderError> {
+    /// let provider = Provider::with_delay(Duration::ZERO);
+    /// let lost = provider.lose_next_call("1182", Moment::Acted);
+    /// tokio::select! {
+    ///     _ = provider.refund("1182", 42, None) => unreachable!("a lost call never answers"),
+    ///     () = lost.reached() => {} // the caller gives up here
+    /// }
+    /// assert_eq!(provider.refunds_of("1182"), 1, "the refund was made all the same");
+    /// provider.refund("1182", 42, None).await?;
+    /// assert_eq!(provider.refunds_of("1182"), 2, "a retry without a key makes another");
+    /// # Ok(()) }
+    /// ```
+    pub fn lose_next_call(&self, order_id: &str, at: Moment) -> LostCall {
+        let reached = Arc::new(Reached::default());
+        let notice = Arc::clone(&reached);
+        self.on_next_call(order_id, at, move || {
+            notice.yes.store(true, Ordering::SeqCst);
+            notice.notify.notify_waiters();
+        });
+        LostCall { reached }
+    }
+
+    /// Loses the next call on `order_id` at `at`, running `on_reached` when
+    /// one gets there. Returns a ticket for [`Provider::keep_call`].
+    pub(crate) fn on_next_call(
+        &self,
+        order_id: &str,
+        at: Moment,
+        on_reached: impl FnOnce() + Send + 'static,
+    ) -> u64 {
+        let ticket = self.inner.tickets.fetch_add(1, Ordering::SeqCst);
+        self.losses().push(Loss {
+            ticket,
+            order_id: order_id.to_owned(),
+            at,
+            on_reached: Box::new(on_reached),
+        });
+        ticket
+    }
+
+    /// Takes back a loss no call has reached yet.
+    pub(crate) fn keep_call(&self, ticket: u64) {
+        self.losses().retain(|loss| loss.ticket != ticket);
+    }
+
+    /// If a loss waits for this call at this moment: tells it, and never
+    /// answers.
+    async fn lost_at(&self, order_id: &str, at: Moment) {
+        let loss = {
+            let mut losses = self.losses();
+            let found = losses
+                .iter()
+                .position(|loss| loss.order_id == order_id && loss.at == at);
+            found.map(|index| losses.remove(index))
+        };
+        if let Some(loss) = loss {
+            (loss.on_reached)();
+            std::future::pending::<()>().await;
+        }
+    }
+
+    fn losses(&self) -> MutexGuard<'_, Vec<Loss>> {
+        // Each statement under this lock leaves the list whole.
+        self.inner
+            .losses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Refunds `usd` on `order_id`, under the idempotency `key` if one is
@@ -147,6 +297,7 @@ impl Provider {
             usd,
             key: key.map(str::to_owned),
         });
+        self.lost_at(order_id, Moment::BeforeActing).await;
         self.network().await;
         let refund = {
             let mut ledger = self.ledger();
@@ -168,6 +319,7 @@ impl Provider {
                 }
             }
         };
+        self.lost_at(order_id, Moment::Acted).await;
         if self.inner.lose_next_reply.swap(false, Ordering::SeqCst) {
             return Err(ProviderError::ReplyLost);
         }

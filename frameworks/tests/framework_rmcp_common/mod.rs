@@ -12,7 +12,8 @@ use http::{HeaderName, HeaderValue, Request};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use idempotent_tools::rmcp::{
-    Principal, ResolvesRuns, RunHeaderLayer, RunPolicy, STATUS_META_KEY, SessionRuns, with_run,
+    ConnectionRuns, Principal, ResolvesRuns, RunHeaderLayer, RunPolicy, STATUS_META_KEY,
+    SessionRuns, with_run,
 };
 use idempotent_tools::{FreeText, Outcome, Run, idempotent};
 use idempotent_tools_testing::{Provider, ProviderError, Refund};
@@ -160,6 +161,19 @@ pub async fn connect(shop: Shop, protocol: Protocol) -> Client {
     let (server_io, client_io) = tokio::io::duplex(4096);
     tokio::spawn(async move {
         if let Ok(server) = shop.serve(server_io).await {
+            let _ = server.waiting().await;
+        }
+    });
+    start(client_io, protocol).await
+}
+
+/// Serves `shop` on one end of an in-memory pipe through
+/// [`ConnectionRuns`], as a stdio server does, and connects a client to the
+/// other.
+pub async fn connect_own_run(shop: Shop, protocol: Protocol) -> Client {
+    let (server_io, client_io) = tokio::io::duplex(4096);
+    tokio::spawn(async move {
+        if let Ok(server) = shop.serve(ConnectionRuns::new(server_io)).await {
             let _ = server.waiting().await;
         }
     });

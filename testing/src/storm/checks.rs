@@ -45,6 +45,8 @@ pub struct Caller {
     pub variant: u8,
     /// What happened to it.
     pub trouble: Trouble,
+    /// The key its first claim named, if it claimed one.
+    pub key: Option<String>,
     /// What it got.
     pub answered: Answered,
     /// How long it took.
@@ -59,6 +61,10 @@ impl fmt::Display for Caller {
         }
         if self.trouble != Trouble::None {
             write!(f, ", {}", describe(self.trouble))?;
+        }
+        match &self.key {
+            Some(key) => write!(f, ", key {key}")?,
+            None => f.write_str(", no claim")?,
         }
         write!(f, "): ")?;
         match &self.answered {
@@ -116,6 +122,17 @@ pub enum Violation {
         /// The key's text.
         key: String,
     },
+    /// The tool's key leaves out the object the storm asked about, so the
+    /// storm cannot tell one object's calls from another's: the storm stops
+    /// at the first such key, without shrinking.
+    KeyWithoutObject {
+        /// The caller whose claim named it.
+        caller: usize,
+        /// The key's text.
+        key: String,
+        /// The object asked about.
+        object: String,
+    },
 }
 
 impl fmt::Display for Violation {
@@ -146,6 +163,15 @@ impl fmt::Display for Violation {
             Violation::LeftHeld { key } => write!(
                 f,
                 "key `{key}` was still held after every holder was gone and its lease had passed"
+            ),
+            Violation::KeyWithoutObject {
+                caller,
+                key,
+                object,
+            } => write!(
+                f,
+                "caller {caller} claimed key `{key}`, which leaves out the object it asked about \
+                 (`{object}`): put the ask's object (`ask.object`) in the tool's key"
             ),
         }
     }

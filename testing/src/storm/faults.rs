@@ -1,8 +1,11 @@
-//! The store a storm puts between the tool and the store under test: it
-//! injects each ask's trouble into the step it names, tells the storm when
-//! that step is reached (so a caller is dropped at a chosen point, without
-//! sleeps), swallows a vanished holder's steps, and remembers each key's
-//! holder so that the storm can read the key back afterwards.
+//! The store a storm puts between the tool and the store under test: each
+//! caller gets a handle of its own on it, so every step is known to be that
+//! caller's. It injects each ask's trouble into the step it names, tells
+//! the storm when that step is reached (so a caller is dropped at a chosen
+//! point, without sleeps), has the stand-in provider lose a holder's call
+//! at a chosen moment of its action, swallows a vanished holder's steps,
+//! and remembers each key's holder so that the storm can read the key back
+//! afterwards.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -16,25 +19,23 @@ use idempotent_tools::store::{
 };
 
 use super::schedule::{Step, Trouble};
+use crate::provider::{Moment, Provider};
 
-/// A trouble waiting for its step.
+/// A caller's trouble, waiting for its step.
 pub(super) struct Armed {
+    /// The caller's number.
     pub(super) id: usize,
-    /// The object whose key it waits for: the key's text contains it.
-    pub(super) object: String,
     pub(super) trouble: Trouble,
     /// Notified when the step is reached.
     pub(super) reached: Arc<Notify>,
     /// Lets a held-back step go on, once its caller was dropped.
     pub(super) let_go: Arc<Notify>,
-    /// Notified once the ask's claim is answered, or held back.
+    /// Notified once the caller's first claim is answered, or held back.
     pub(super) claimed: Arc<Notify>,
-    /// Whether the ask's claim was seen: the first claim of the key after
-    /// the trouble was armed (the storm lets no other ask of the object run
-    /// until then).
+    /// Whether the caller's first claim was seen.
     pub(super) seen: bool,
-    /// The owner of the claim the ask won: later steps are matched by it.
-    pub(super) owner: Option<u128>,
+    /// The provider's ticket for a call it is to lose.
+    pub(super) losing: Option<u64>,
 }
 
 /// A trouble taken for its step.
@@ -54,9 +55,19 @@ pub(super) struct Asked {
     pub(super) retention: Duration,
 }
 
+/// A key that leaves out the object its caller asked about.
+#[derive(Clone)]
+pub(super) struct Stray {
+    pub(super) caller: usize,
+    pub(super) key: String,
+    pub(super) object: String,
+}
+
 /// The storm's store, around the store under test.
 pub(super) struct Troubled {
     pub(super) inner: Arc<dyn Store>,
+    /// The provider that loses a holder's call, for troubles in the action.
+    provider: Option<Provider>,
     /// How long a stalled step stalls.
     stall: Duration,
     /// The most a paused completion waits for another caller to take its
@@ -67,8 +78,23 @@ pub(super) struct Troubled {
     claimed: Mutex<HashMap<String, u64>>,
     claimed_again: Notify,
     armed: Mutex<Vec<Armed>>,
-    vanished: Mutex<HashSet<u128>>,
+    /// The callers that vanished: none of their later steps reaches the store.
+    vanished: Arc<Mutex<HashSet<usize>>>,
     asked: Mutex<HashMap<String, Asked>>,
+    /// Each caller's key, as its first claim named it.
+    keys: Mutex<HashMap<usize, String>>,
+    stray: Mutex<Option<Stray>>,
+    /// Each caller's claims won and not yet completed or released, and a
+    /// wake-up when one is: a dropped caller's steps run on without it.
+    open: Mutex<HashMap<usize, u32>>,
+    closed: Notify,
+}
+
+/// One caller's handle on the storm's store: the tool is given this.
+pub(super) struct Handle {
+    pub(super) store: Arc<Troubled>,
+    pub(super) caller: usize,
+    pub(super) object: String,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -88,18 +114,78 @@ fn unavailable() -> StoreError {
     StoreError::Unavailable("the storm made this step fail".into())
 }
 
+/// Where the provider loses the call of a holder with this trouble.
+fn lost_at(trouble: Trouble) -> Option<Moment> {
+    match trouble {
+        Trouble::DroppedDuringAction => Some(Moment::BeforeActing),
+        Trouble::DroppedAfterActing | Trouble::Vanishes => Some(Moment::Acted),
+        _ => None,
+    }
+}
+
 impl Troubled {
-    pub(super) fn new(inner: Arc<dyn Store>, stall: Duration, pause: Duration) -> Troubled {
+    pub(super) fn new(
+        inner: Arc<dyn Store>,
+        provider: Option<Provider>,
+        stall: Duration,
+        pause: Duration,
+    ) -> Troubled {
         Troubled {
             inner,
+            provider,
             stall,
             pause,
             armed: Mutex::new(Vec::new()),
-            vanished: Mutex::new(HashSet::new()),
+            vanished: Arc::new(Mutex::new(HashSet::new())),
             asked: Mutex::new(HashMap::new()),
             claimed: Mutex::new(HashMap::new()),
             claimed_again: Notify::new(),
+            keys: Mutex::new(HashMap::new()),
+            stray: Mutex::new(None),
+            open: Mutex::new(HashMap::new()),
+            closed: Notify::new(),
         }
+    }
+
+    /// Waits until none of `callers` holds a claim it won, other than a
+    /// vanished one, or for `patience` at most: a dropped caller's claim
+    /// may still be answered, and released, after the caller is gone, and
+    /// what follows must find it gone on every run.
+    pub(super) async fn quiet(&self, callers: &[usize], patience: Duration) {
+        let deadline = tokio::time::sleep(patience);
+        tokio::pin!(deadline);
+        loop {
+            let closed = self.closed.notified();
+            tokio::pin!(closed);
+            closed.as_mut().enable();
+            let held = {
+                let open = lock(&self.open);
+                let vanished = lock(&self.vanished);
+                callers
+                    .iter()
+                    .any(|id| !vanished.contains(id) && open.get(id).is_some_and(|n| *n > 0))
+            };
+            if !held {
+                return;
+            }
+            tokio::select! {
+                () = &mut deadline => return,
+                () = closed => {}
+            }
+        }
+    }
+
+    /// Notes that a claim of caller `id` was completed or released (or is
+    /// no longer its own), unless the store was unreachable, which the
+    /// guard tries again.
+    fn closing<T>(&self, id: usize, result: &StoreResult<T>) {
+        if matches!(result, Err(StoreError::Unavailable(_))) {
+            return;
+        }
+        if let Some(n) = lock(&self.open).get_mut(&id) {
+            *n = n.saturating_sub(1);
+        }
+        self.closed.notify_waiters();
     }
 
     fn claims_of(&self, key: &Key) -> u64 {
@@ -132,9 +218,15 @@ impl Troubled {
         lock(&self.armed).push(armed);
     }
 
-    /// Takes back a trouble its ask never reached.
+    /// Takes back a trouble its caller never reached.
     pub(super) fn disarm(&self, id: usize) {
-        lock(&self.armed).retain(|armed| armed.id != id);
+        let mut armed = lock(&self.armed);
+        for a in armed.iter().filter(|a| a.id == id) {
+            if let (Some(provider), Some(ticket)) = (&self.provider, a.losing) {
+                provider.keep_call(ticket);
+            }
+        }
+        armed.retain(|a| a.id != id);
     }
 
     /// Every key claimed, with what its last holder asked.
@@ -142,67 +234,95 @@ impl Troubled {
         lock(&self.asked).values().cloned().collect()
     }
 
-    /// The trouble of the ask whose claim this is: the first armed for
-    /// `key` and not yet seen. Marks it seen; takes it out if `now` accepts
-    /// it, and returns its id and the notice of its claim.
+    /// The key of caller `id`'s first claim.
+    pub(super) fn key_of(&self, id: usize) -> Option<String> {
+        lock(&self.keys).get(&id).cloned()
+    }
+
+    /// The first key that left out its caller's object.
+    pub(super) fn stray(&self) -> Option<Stray> {
+        lock(&self.stray).clone()
+    }
+
+    /// Notes caller `id`'s key, the first time; a key without the caller's
+    /// object is noted as stray.
+    fn note_key(&self, id: usize, object: &str, key: &Key) {
+        let mut keys = lock(&self.keys);
+        if keys.contains_key(&id) {
+            return;
+        }
+        keys.insert(id, key.as_str().to_owned());
+        if !key.as_str().contains(object) {
+            lock(&self.stray).get_or_insert_with(|| Stray {
+                caller: id,
+                key: key.as_str().to_owned(),
+                object: object.to_owned(),
+            });
+        }
+    }
+
+    /// The trouble of caller `id`'s first claim. Marks it seen; takes it
+    /// out if `now` accepts it, and returns the notice of its claim.
     fn claiming(
         &self,
-        key: &Key,
+        id: usize,
         now: impl Fn(Trouble) -> bool,
-    ) -> Option<(usize, Arc<Notify>, Option<Taken>)> {
+    ) -> Option<(Arc<Notify>, Option<Taken>)> {
         let mut armed = lock(&self.armed);
-        let at = armed
-            .iter()
-            .position(|a| !a.seen && key.as_str().contains(a.object.as_str()))?;
+        let at = armed.iter().position(|a| a.id == id && !a.seen)?;
         armed[at].seen = true;
-        let (id, claimed) = (armed[at].id, Arc::clone(&armed[at].claimed));
+        let claimed = Arc::clone(&armed[at].claimed);
         if !now(armed[at].trouble) {
-            return Some((id, claimed, None));
+            return Some((claimed, None));
         }
         let a = armed.remove(at);
-        Some((id, claimed, Some(taken(a))))
+        Some((claimed, Some(taken(a))))
     }
 
-    /// After the ask `id`'s claim was answered: binds its trouble to the
-    /// claim's owner, or drops it if the claim was not won; takes it out if
-    /// `now` accepts it.
-    fn answered(
-        &self,
-        id: usize,
-        owner: Option<u128>,
-        now: impl Fn(Trouble) -> bool,
-    ) -> Option<Taken> {
+    /// After caller `id`'s first claim was answered: drops its trouble if
+    /// the claim was not won. Once it was, a trouble in the action has the
+    /// provider lose the holder's call at its moment, where the caller is
+    /// dropped (and, if it vanishes, its later steps are swallowed).
+    fn answered(&self, id: usize, object: &str, won: bool) {
         let mut armed = lock(&self.armed);
-        let at = armed.iter().position(|a| a.id == id)?;
-        match owner {
-            Some(owner) if !now(armed[at].trouble) => {
-                armed[at].owner = Some(owner);
-                None
-            }
-            Some(_) => Some(taken(armed.remove(at))),
-            None => {
-                armed.remove(at);
-                None
-            }
+        let Some(at) = armed.iter().position(|a| a.id == id) else {
+            return;
+        };
+        if !won {
+            armed.remove(at);
+            return;
         }
+        let a = &mut armed[at];
+        let (Some(moment), Some(provider)) = (lost_at(a.trouble), &self.provider) else {
+            return;
+        };
+        let reached = Arc::clone(&a.reached);
+        let vanished = (a.trouble == Trouble::Vanishes).then(|| Arc::clone(&self.vanished));
+        a.losing = Some(provider.on_next_call(object, moment, move || {
+            if let Some(vanished) = vanished {
+                lock(&vanished).insert(id);
+            }
+            reached.notify_one();
+        }));
     }
 
-    /// The trouble bound to this claim's owner that `wanted` accepts, taken.
-    fn take(&self, claim: &Claim, wanted: impl Fn(Trouble) -> bool) -> Option<Taken> {
+    /// Caller `id`'s trouble that `wanted` accepts, taken, once its claim
+    /// was seen.
+    fn take(&self, id: usize, wanted: impl Fn(Trouble) -> bool) -> Option<Taken> {
         let mut armed = lock(&self.armed);
         let at = armed
             .iter()
-            .position(|a| a.owner == Some(claim.owner) && wanted(a.trouble))?;
+            .position(|a| a.id == id && a.seen && wanted(a.trouble))?;
         Some(taken(armed.remove(at)))
     }
 
-    fn vanished(&self, claim: &Claim) -> bool {
-        lock(&self.vanished).contains(&claim.owner)
+    fn vanished(&self, id: usize) -> bool {
+        lock(&self.vanished).contains(&id)
     }
 
     /// The trouble, if any, of a step other than a claim.
-    async fn troubled(&self, claim: &Claim, step: Step) -> StoreResult<()> {
-        let taken = self.take(claim, |t| match t {
+    async fn troubled(&self, id: usize, claim: &Claim, step: Step) -> StoreResult<()> {
+        let taken = self.take(id, |t| match t {
             Trouble::Fails(s) | Trouble::Stalls(s) => s == step,
             Trouble::DroppedDuringCompletion | Trouble::PausedPastLease => step == Step::Complete,
             _ => false,
@@ -227,85 +347,120 @@ impl Troubled {
             }
         }
     }
-}
 
-impl Store for Troubled {
-    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> {
-        StoreFuture::boxed(async move {
-            let mine = self.claiming(req.key, |t| {
-                matches!(
-                    t,
-                    Trouble::Fails(Step::Claim)
-                        | Trouble::Stalls(Step::Claim)
-                        | Trouble::AnswersLate(Step::Claim)
-                        | Trouble::DroppedBeforeClaimAnswer
-                )
-            });
-            let (id, claimed, before) = match mine {
-                Some((id, claimed, before)) => (Some(id), Some(claimed), before),
-                None => (None, None, None),
-            };
-            let mut late = None;
-            if let Some(taken) = before {
-                match taken.trouble {
-                    Trouble::Fails(_) => {
-                        if let Some(claimed) = &claimed {
-                            claimed.notify_one();
-                        }
-                        return Err(unavailable());
+    async fn claim(
+        &self,
+        id: usize,
+        object: &str,
+        req: ClaimRequest<'_>,
+    ) -> StoreResult<ClaimAnswer> {
+        self.note_key(id, object, req.key);
+        let mine = self.claiming(id, |t| {
+            matches!(
+                t,
+                Trouble::Fails(Step::Claim)
+                    | Trouble::Stalls(Step::Claim)
+                    | Trouble::AnswersLate(Step::Claim)
+                    | Trouble::DroppedBeforeClaimAnswer
+            )
+        });
+        let first = mine.is_some();
+        let (claimed, before) = match mine {
+            Some((claimed, before)) => (Some(claimed), before),
+            None => (None, None),
+        };
+        let mut late = None;
+        if let Some(taken) = before {
+            match taken.trouble {
+                Trouble::Fails(_) => {
+                    if let Some(claimed) = &claimed {
+                        claimed.notify_one();
                     }
-                    Trouble::Stalls(_) => tokio::time::sleep(self.stall).await,
-                    Trouble::AnswersLate(_) => late = Some(taken),
-                    _ => {
-                        if let Some(claimed) = &claimed {
-                            claimed.notify_one();
-                        }
-                        taken.reached.notify_one();
-                        taken.let_go.notified().await;
-                    }
+                    return Err(unavailable());
                 }
-            }
-            let answer = self.inner.claim(req).await;
-            let owner = match &answer {
-                Ok(ClaimAnswer::Claimed(claim)) => {
-                    *lock(&self.claimed)
-                        .entry(req.key.as_str().to_owned())
-                        .or_default() += 1;
-                    self.claimed_again.notify_waiters();
-                    lock(&self.asked).insert(
-                        req.key.as_str().to_owned(),
-                        Asked {
-                            key: req.key.clone(),
-                            tool: req.tool.clone(),
-                            fingerprint: req.fingerprint,
-                            lease: req.lease,
-                            retention: req.retention,
-                        },
-                    );
-                    Some(claim.owner)
-                }
-                _ => None,
-            };
-            if let Some(id) = id {
-                let acting = self.answered(id, owner, |t| {
-                    matches!(t, Trouble::DroppedDuringAction | Trouble::Vanishes)
-                });
-                if let (Some(taken), Some(owner)) = (acting, owner) {
-                    if taken.trouble == Trouble::Vanishes {
-                        lock(&self.vanished).insert(owner);
+                Trouble::Stalls(_) => tokio::time::sleep(self.stall).await,
+                Trouble::AnswersLate(_) => late = Some(taken),
+                _ => {
+                    if let Some(claimed) = &claimed {
+                        claimed.notify_one();
                     }
                     taken.reached.notify_one();
+                    taken.let_go.notified().await;
                 }
             }
-            if let Some(claimed) = &claimed {
-                claimed.notify_one();
+        }
+        let answer = self.inner.claim(req).await;
+        let won = match &answer {
+            Ok(ClaimAnswer::Claimed(_)) => {
+                *lock(&self.open).entry(id).or_default() += 1;
+                *lock(&self.claimed)
+                    .entry(req.key.as_str().to_owned())
+                    .or_default() += 1;
+                self.claimed_again.notify_waiters();
+                lock(&self.asked).insert(
+                    req.key.as_str().to_owned(),
+                    Asked {
+                        key: req.key.clone(),
+                        tool: req.tool.clone(),
+                        fingerprint: req.fingerprint,
+                        lease: req.lease,
+                        retention: req.retention,
+                    },
+                );
+                true
             }
-            if let Some(taken) = late {
-                taken.reached.notify_one();
-                taken.let_go.notified().await;
-            }
-            answer
-        })
+            _ => false,
+        };
+        if first {
+            self.answered(id, object, won);
+        }
+        if let Some(claimed) = &claimed {
+            claimed.notify_one();
+        }
+        if let Some(taken) = late {
+            taken.reached.notify_one();
+            taken.let_go.notified().await;
+        }
+        answer
+    }
+
+    async fn complete(&self, id: usize, claim: &Claim, finished: Completion) -> StoreResult<()> {
+        if self.vanished(id) {
+            return Ok(());
+        }
+        let late = self.take(id, |t| t == Trouble::AnswersLate(Step::Complete));
+        self.troubled(id, claim, Step::Complete).await?;
+        let done = self.inner.complete(claim, finished).await;
+        self.closing(id, &done);
+        if let Some(taken) = late {
+            taken.reached.notify_one();
+            taken.let_go.notified().await;
+        }
+        done
+    }
+
+    async fn release(&self, id: usize, claim: &Claim) -> StoreResult<()> {
+        if self.vanished(id) {
+            return Ok(());
+        }
+        self.troubled(id, claim, Step::Release).await?;
+        let done = self.inner.release(claim).await;
+        self.closing(id, &done);
+        done
+    }
+
+    async fn renew(&self, id: usize, claim: &Claim, lease: Duration) -> StoreResult<()> {
+        if self.vanished(id) {
+            return Ok(());
+        }
+        self.troubled(id, claim, Step::Renew).await?;
+        self.inner.renew(claim, lease).await
+    }
+}
+
+impl Store for Handle {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> {
+        StoreFuture::boxed(self.store.claim(self.caller, &self.object, req))
     }
 
     fn complete<'a>(
@@ -313,46 +468,22 @@ impl Store for Troubled {
         claim: &'a Claim,
         finished: Completion,
     ) -> StoreFuture<'a, StoreResult<()>> {
-        StoreFuture::boxed(async move {
-            if self.vanished(claim) {
-                return Ok(());
-            }
-            let late = self.take(claim, |t| t == Trouble::AnswersLate(Step::Complete));
-            self.troubled(claim, Step::Complete).await?;
-            let done = self.inner.complete(claim, finished).await;
-            if let Some(taken) = late {
-                taken.reached.notify_one();
-                taken.let_go.notified().await;
-            }
-            done
-        })
+        StoreFuture::boxed(self.store.complete(self.caller, claim, finished))
     }
 
     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
-        StoreFuture::boxed(async move {
-            if self.vanished(claim) {
-                return Ok(());
-            }
-            self.troubled(claim, Step::Release).await?;
-            self.inner.release(claim).await
-        })
+        StoreFuture::boxed(self.store.release(self.caller, claim))
     }
 
     fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
-        StoreFuture::boxed(async move {
-            if self.vanished(claim) {
-                return Ok(());
-            }
-            self.troubled(claim, Step::Renew).await?;
-            self.inner.renew(claim, lease).await
-        })
+        StoreFuture::boxed(self.store.renew(self.caller, claim, lease))
     }
 
     fn kind(&self) -> &'static str {
-        self.inner.kind()
+        self.store.inner.kind()
     }
 
     fn renew_every(&self, lease: Duration) -> Option<Duration> {
-        self.inner.renew_every(lease)
+        self.store.inner.renew_every(lease)
     }
 }

@@ -2,21 +2,27 @@
 //! faults thrown at a guarded tool, with the promises checked after each.
 //!
 //! Give [`Storm`] the tool (a closure that calls it with a store and an
-//! [`Ask`]), a way to count its real effect for an object (a counting
-//! provider, or a closure), and a store factory. It generates schedules:
+//! [`Ask`]), what counts its real effect for an object (the stand-in
+//! [`Provider`] its action calls, or a closure), and a store factory. It generates schedules:
 //!
 //! - bursts of identical asks, and asks with other arguments under the same
 //!   key, started without waiting for each other; retries after errors and
 //!   dropped calls (a later ask of the same object);
-//! - callers dropped at chosen points: before their claim is answered, once
-//!   their claim is won (during the action), during their completion;
+//! - callers dropped at chosen points: before their claim is answered,
+//!   during their action (when it reaches the [`Storm::provider`], before
+//!   the provider acts), once the provider acted (the effect happened, the
+//!   answer was lost), during their completion;
 //! - store faults, injected by a store wrapped around the one under test:
 //!   a claim, completion, release or renewal that fails as unreachable,
 //!   stalls, or is carried out but answers after its caller gave up;
 //! - on stores whose leases run out, and short ones: holders that vanish
-//!   mid-action (their later steps never reach the store, as for a killed
-//!   process), completions paused until another caller took the claim over
-//!   (a stale holder completing late), and leases let run out.
+//!   once the provider acted (their later steps never reach the store, as
+//!   for a killed process), completions paused until another caller took
+//!   the claim over (a stale holder completing late), and leases let run
+//!   out. A holder that acted and vanished is taken over once its lease
+//!   ran out: a tool that keeps the guard's key from its provider acts
+//!   twice, and is found there (and, on every store, by a caller dropped
+//!   once the provider acted, then asked again).
 //!
 //! After every schedule it checks:
 //!
@@ -34,13 +40,19 @@
 //!   not be held.
 //!
 //! A failing schedule is shrunk (events dropped, troubles removed) to a
-//! short one that still fails, and the report prints it with its seed:
-//! `STORM_SEED=<seed> cargo test ...` runs that schedule alone again.
+//! short one that still fails, and the report prints it with its seed and
+//! each caller's key: `STORM_SEED=<seed> cargo test ...` runs that seed's
+//! schedule alone again, as generated, without shrinking it. A trouble
+//! lands at a moment the schedule's own steps mark (a store step reached, a
+//! claim answered, the stand-in provider reached or done), never at one a
+//! timer picks, so a seed fails the same way on every replay, on a loaded
+//! machine too, and shrinking it gives the same schedule every time.
 //!
 //! Each schedule runs in a [`Run`](idempotent_tools::Run) of its own and
 //! names its objects `storm0-<id>`, `storm1-<id>`, ..., so counters that
 //! outlive a schedule never mix two schedules' effects. The tool must put
-//! the object in its key (the storm finds a key's steps by it).
+//! the object in its key: a key without it stops the storm at its first
+//! claim, with [`Violation::KeyWithoutObject`].
 //!
 //! ```
 //! use std::sync::Arc;
@@ -68,10 +80,10 @@
 //! # async fn main() {
 //! let provider = Provider::with_delay(Duration::from_millis(1));
 //! let policy = Policy { wait: Duration::from_secs(1), lease: Duration::from_millis(300), ..Policy::DEFAULT };
-//! let (tool, counted) = (provider.clone(), provider.clone());
+//! let tool = provider.clone();
 //! let storm_policy = policy.clone();
 //! Storm::new(move |store, ask| refund(tool.clone(), store, ask, policy.clone()))
-//!     .effects(move |object| counted.refunds_of(object))
+//!     .provider(&provider)
 //!     .store(|| async { Arc::new(MemoryStore::new()) })
 //!     .policy(&storm_policy)
 //!     .schedules(10)
@@ -101,6 +113,8 @@ use tokio::time::Instant;
 use idempotent_tools::call::Policy;
 use idempotent_tools::store::{IntoStore, Store};
 use idempotent_tools::{Error, Outcome};
+
+use crate::provider::Provider;
 
 pub use checks::{Answered, Caller, Violation};
 pub use report::{Failure, Report, SEED_VAR};
@@ -154,6 +168,7 @@ pub(crate) struct Setup<T, E> {
     effects: Arc<dyn Fn(&str) -> usize + Send + Sync>,
     store: StoreFactory,
     guard_error: FindGuardError<E>,
+    provider: Option<Provider>,
 }
 
 /// A duplicate storm on one tool; see the [module](self).
@@ -193,6 +208,7 @@ where
                     })
                 }),
                 guard_error: Arc::new(|error: &E| in_chain(error)),
+                provider: None,
             },
             schedules: 100,
             seed: DEFAULT_SEED,
@@ -214,6 +230,20 @@ where
     /// count of refunds on that order, say.
     pub fn effects(mut self, count: impl Fn(&str) -> usize + Send + Sync + 'static) -> Self {
         self.setup.effects = Arc::new(count);
+        self
+    }
+
+    /// The stand-in provider the tool's action calls, with each ask's
+    /// object as the order: the storm counts the effect as its refunds of
+    /// the object (as [`Storm::effects`] would), and drops a caller during
+    /// its action, or makes its holder vanish, at a moment the provider
+    /// marks (its call arrived; the refund was made), so that a seed
+    /// replays the same interleaving on every run. Without it the storm
+    /// leaves those troubles out.
+    pub fn provider(mut self, provider: &Provider) -> Self {
+        let counted = provider.clone();
+        self.setup.effects = Arc::new(move |object| counted.refunds_of(object));
+        self.setup.provider = Some(provider.clone());
         self
     }
 
@@ -267,8 +297,10 @@ where
         self
     }
 
-    /// Runs the one schedule of this seed (a [`Failure::seed`]) and
-    /// shrinks it again, as [`SEED_VAR`] in the environment does.
+    /// Runs the one schedule of this seed (a [`Failure::seed`]) as it was
+    /// generated, without shrinking it, as [`SEED_VAR`] in the environment
+    /// does. Its troubles land at moments the schedule's own steps mark, so
+    /// it fails the same way on every replay.
     pub fn replay(mut self, seed: u64) -> Self {
         self.replay = Some(seed);
         self
@@ -301,11 +333,13 @@ where
             objects: self.objects,
             max_events: self.max_events,
             short_leases,
+            provider: self.setup.provider.is_some(),
         };
         let from_env = std::env::var(SEED_VAR)
             .ok()
             .and_then(|s| s.trim().parse().ok());
-        let seeds: Vec<u64> = match self.replay.or(from_env) {
+        let replay = self.replay.or(from_env);
+        let seeds: Vec<u64> = match replay {
             Some(seed) => vec![seed],
             None => (0..self.schedules as u64)
                 .map(|n| report::nth_seed(self.seed, n))
@@ -323,7 +357,23 @@ where
             if ran.violations.is_empty() {
                 continue;
             }
-            report.failure = Some(self.shrink(times, seed, original, ran, &mut *tree).await);
+            let stray = ran
+                .violations
+                .iter()
+                .any(|v| matches!(v, Violation::KeyWithoutObject { .. }));
+            report.failure = Some(if replay.is_some() || stray {
+                Failure {
+                    seed,
+                    shrunk: original.clone(),
+                    original,
+                    violations: ran.violations,
+                    callers: ran.callers,
+                    shrink_runs: 0,
+                    shrunk_here: false,
+                }
+            } else {
+                self.shrink(times, seed, original, ran, &mut *tree).await
+            });
             break;
         }
         report.took = started.elapsed();
@@ -347,6 +397,7 @@ where
             violations: ran.violations,
             callers: ran.callers,
             shrink_runs: 0,
+            shrunk_here: true,
         };
         let mut simpler = tree.simplify();
         while simpler && failure.shrink_runs < SHRINK_RUNS {

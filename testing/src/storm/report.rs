@@ -55,6 +55,9 @@ pub struct Failure {
     pub callers: Vec<Caller>,
     /// How many schedules shrinking ran.
     pub shrink_runs: usize,
+    /// Whether this run shrank it: a replayed seed, and a key without its
+    /// object, are reported as generated.
+    pub shrunk_here: bool,
 }
 
 /// What a storm explored, and the first failure it found, shrunk.
@@ -117,8 +120,13 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "storm: {} schedules, {} callers, {} ms",
+            "storm: {} {}, {} callers, {} ms",
             self.schedules,
+            if self.schedules == 1 {
+                "schedule"
+            } else {
+                "schedules"
+            },
             self.callers,
             self.took.as_millis()
         )?;
@@ -142,13 +150,17 @@ impl fmt::Display for Report {
         let Some(failure) = &self.failure else {
             return writeln!(f, "every promise held");
         };
-        writeln!(
-            f,
-            "a schedule broke a promise; shrunk from {} to {} events in {} runs:",
-            failure.original.events.len(),
-            failure.shrunk.events.len(),
-            failure.shrink_runs
-        )?;
+        if failure.shrunk_here {
+            writeln!(
+                f,
+                "a schedule broke a promise; shrunk from {} to {} events in {} runs:",
+                failure.original.events.len(),
+                failure.shrunk.events.len(),
+                failure.shrink_runs
+            )?;
+        } else {
+            writeln!(f, "a schedule broke a promise (as generated, not shrunk):")?;
+        }
         write!(f, "{}", failure.shrunk)?;
         writeln!(f, "what broke:")?;
         for violation in &failure.violations {

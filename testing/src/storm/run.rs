@@ -13,7 +13,7 @@ use idempotent_tools::store::{ClaimAnswer, ClaimRequest, Store};
 use idempotent_tools::{Outcome, Run};
 
 use super::checks::{self, Answered, Caller, Violation};
-use super::faults::{Armed, Troubled};
+use super::faults::{Armed, Handle, Troubled};
 use super::schedule::{Event, Schedule, Trouble};
 use super::{Ask, Setup};
 use crate::conformance::kit::unique_id;
@@ -84,7 +84,12 @@ where
     let run = Run::new(format!("storm-{tag}")).unwrap_or_else(|_| unreachable!());
     let object = |k: u8| format!("storm{k}-{tag}");
     let inner = (setup.store)().await;
-    let store = Arc::new(Troubled::new(inner, times.stall(), times.pause()));
+    let store = Arc::new(Troubled::new(
+        inner,
+        setup.provider.clone(),
+        times.stall(),
+        times.pause(),
+    ));
     let mut running: Vec<(u8, JoinHandle<Caller>)> = Vec::new();
     let mut callers = Vec::new();
     let mut objects = BTreeSet::new();
@@ -105,11 +110,19 @@ where
                 }
                 // A troubled ask's claim is the first of its key: the asks
                 // before it end first, and those after start once its claim
-                // is answered, so its trouble lands on its own steps.
-                settle(&mut running, &mut callers, Some(*k)).await;
+                // is answered (or it ended without one), so the same
+                // schedule interleaves the same way on every run.
+                settle(&store, times, &mut running, &mut callers, Some(*k)).await;
                 let (task, claimed) = caller(setup, &store, &run, times, ask, *trouble);
                 running.push((*k, task));
                 let _ = tokio::time::timeout(times.patience(), claimed.notified()).await;
+                // A caller that is dropped ends, and its steps that run on
+                // without it end, before the next event: what follows finds
+                // its claim released, completed, or (vanished) held, never
+                // one or the other as the timing falls.
+                if trouble.drops_caller() {
+                    settle(&store, times, &mut running, &mut callers, Some(*k)).await;
+                }
             }
             Event::Burst { object: k, callers } => {
                 objects.insert(object(*k));
@@ -119,12 +132,26 @@ where
                     running.push((*k, caller(setup, &store, &run, times, ask, Trouble::None).0));
                 }
             }
-            Event::Settle => settle(&mut running, &mut callers, None).await,
+            Event::Settle => settle(&store, times, &mut running, &mut callers, None).await,
             Event::PassLease => tokio::time::sleep(times.lease + times.lease / 4).await,
         }
     }
-    settle(&mut running, &mut callers, None).await;
+    settle(&store, times, &mut running, &mut callers, None).await;
     callers.sort_by_key(|c| c.number);
+    for caller in &mut callers {
+        caller.key = store.key_of(caller.number);
+    }
+    if let Some(stray) = store.stray() {
+        let violations = vec![Violation::KeyWithoutObject {
+            caller: stray.caller,
+            key: stray.key,
+            object: stray.object,
+        }];
+        return Ran {
+            callers,
+            violations,
+        };
+    }
 
     let mut violations = checks::callers(&callers, times.bound());
     for object in &objects {
@@ -143,8 +170,11 @@ where
     }
 }
 
-/// Waits for the asks started so far, of one object or of all.
+/// Waits for the asks started so far, of one object or of all, and for
+/// the claims they won to be completed or released.
 async fn settle(
+    store: &Troubled,
+    times: Times,
     running: &mut Vec<(u8, JoinHandle<Caller>)>,
     callers: &mut Vec<Caller>,
     object: Option<u8>,
@@ -154,12 +184,15 @@ async fn settle(
         .partition(|(k, _)| object.is_none_or(|object| *k == object));
     *running = going;
     let ending: Vec<(u8, JoinHandle<Caller>)> = ending;
+    let mut ended = Vec::new();
     for (_, task) in ending {
         // A supervisor never panics: the tool runs on a task of its own.
         if let Ok(caller) = task.await {
+            ended.push(caller.number);
             callers.push(caller);
         }
     }
+    store.quiet(&ended, times.held_patience()).await;
 }
 
 /// Starts one caller, with its trouble armed in the store; the notice is
@@ -182,20 +215,24 @@ where
     if trouble != Trouble::None {
         store.arm(Armed {
             id: number,
-            object: ask.object.clone(),
             trouble,
             reached: Arc::clone(&reached),
             let_go: Arc::clone(&let_go),
             claimed: Arc::clone(&claimed),
             seen: false,
-            owner: None,
+            losing: None,
         });
     }
     let (object, variant) = (ask.object.clone(), ask.variant);
-    let dyn_store: Arc<dyn Store> = Arc::clone(store) as Arc<dyn Store>;
+    let dyn_store: Arc<dyn Store> = Arc::new(Handle {
+        store: Arc::clone(store),
+        caller: number,
+        object: object.clone(),
+    });
     let tool = Arc::clone(&setup.tool);
     let guard_error = Arc::clone(&setup.guard_error);
     let store = Arc::clone(store);
+    let ended = Arc::clone(&claimed);
     let call = run.clone().scope(tool(dyn_store, ask));
     let task = tokio::spawn(async move {
         let started = Instant::now();
@@ -241,11 +278,14 @@ where
         store.disarm(number);
         // A step held back for this caller goes on, whoever reached it.
         let_go.notify_one();
+        // A caller that ended without a claim lets the schedule go on.
+        ended.notify_one();
         Caller {
             number,
             object,
             variant,
             trouble,
+            key: None,
             answered,
             took,
         }

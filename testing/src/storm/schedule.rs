@@ -26,8 +26,14 @@ pub enum Trouble {
     None,
     /// The caller is dropped while its claim is on its way to the store.
     DroppedBeforeClaimAnswer,
-    /// The caller is dropped once its claim is won, while its action runs.
+    /// The caller is dropped while its action runs: when its call reaches
+    /// the stand-in provider, before the provider acts.
     DroppedDuringAction,
+    /// The caller is dropped once the stand-in provider acted on its call,
+    /// before the answer comes back: the effect happened, the guard
+    /// releases the claim, and a retry acts again (once more at the
+    /// provider, unless the tool hands it the guard's key).
+    DroppedAfterActing,
     /// The caller is dropped while its completion is on its way to the store.
     DroppedDuringCompletion,
     /// The store's next such step for this key fails as unreachable.
@@ -41,9 +47,11 @@ pub enum Trouble {
     /// The completion stalls past the lease, as for a holder frozen by a
     /// long pause: another caller may take the claim over meanwhile.
     PausedPastLease,
-    /// The holder vanishes once its claim is won, as a killed process does:
-    /// its future is dropped and none of its later steps reaches the store,
-    /// so the claim stays until its lease runs out.
+    /// The holder vanishes once the stand-in provider acted on its call, as
+    /// a process killed at the worst moment does: the effect happened, its
+    /// future is dropped and none of its later steps reaches the store, so
+    /// the claim stays until its lease runs out and another caller takes it
+    /// over.
     Vanishes,
 }
 
@@ -59,12 +67,22 @@ impl Trouble {
         )
     }
 
+    /// Whether this trouble lands in the action, at a moment the stand-in
+    /// provider marks: without a provider the storm leaves it out.
+    pub(super) fn needs_provider(self) -> bool {
+        matches!(
+            self,
+            Trouble::DroppedDuringAction | Trouble::DroppedAfterActing | Trouble::Vanishes
+        )
+    }
+
     /// Whether the caller is dropped when its step is reached.
     pub(super) fn drops_caller(self) -> bool {
         matches!(
             self,
             Trouble::DroppedBeforeClaimAnswer
                 | Trouble::DroppedDuringAction
+                | Trouble::DroppedAfterActing
                 | Trouble::DroppedDuringCompletion
                 | Trouble::AnswersLate(_)
                 | Trouble::Vanishes
@@ -143,7 +161,10 @@ pub(super) fn describe(trouble: Trouble) -> String {
     match trouble {
         Trouble::None => "nothing".into(),
         Trouble::DroppedBeforeClaimAnswer => "dropped before its claim is answered".into(),
-        Trouble::DroppedDuringAction => "dropped during its action".into(),
+        Trouble::DroppedDuringAction => {
+            "dropped during its action, before the provider acts".into()
+        }
+        Trouble::DroppedAfterActing => "dropped once the provider acted".into(),
         Trouble::DroppedDuringCompletion => "dropped during its completion".into(),
         Trouble::Fails(step) => format!("its {} fails", step_name(step)),
         Trouble::Stalls(step) => format!("its {} stalls", step_name(step)),
@@ -151,7 +172,7 @@ pub(super) fn describe(trouble: Trouble) -> String {
             format!("its {} answers after it gave up", step_name(step))
         }
         Trouble::PausedPastLease => "its completion is paused past the lease".into(),
-        Trouble::Vanishes => "its holder vanishes mid-action".into(),
+        Trouble::Vanishes => "its holder vanishes once the provider acted".into(),
     }
 }
 
@@ -170,9 +191,11 @@ pub(super) struct Shape {
     pub(super) objects: u8,
     pub(super) max_events: usize,
     pub(super) short_leases: bool,
+    /// Whether the tool's action calls a stand-in provider the storm knows.
+    pub(super) provider: bool,
 }
 
-fn trouble(short_leases: bool) -> BoxedStrategy<Trouble> {
+fn trouble(short_leases: bool, provider: bool) -> BoxedStrategy<Trouble> {
     let steps = || {
         prop_oneof![
             Just(Step::Claim),
@@ -185,16 +208,19 @@ fn trouble(short_leases: bool) -> BoxedStrategy<Trouble> {
         6 => Just(Trouble::None),
         1 => Just(Trouble::DroppedBeforeClaimAnswer),
         1 => Just(Trouble::DroppedDuringAction),
+        1 => Just(Trouble::DroppedAfterActing),
         1 => Just(Trouble::DroppedDuringCompletion),
         1 => steps().prop_map(Trouble::Fails),
         1 => steps().prop_map(Trouble::Stalls),
         1 => prop_oneof![Just(Step::Claim), Just(Step::Complete)].prop_map(Trouble::AnswersLate),
         1 => Just(Trouble::PausedPastLease),
-        1 => Just(Trouble::Vanishes),
+        // Acted, vanished, taken over: the case that finds a tool keeping
+        // its key from the provider, explored twice as often.
+        2 => Just(Trouble::Vanishes),
     ];
     every
-        .prop_filter("needs leases that run out", move |t| {
-            short_leases || !t.needs_short_leases()
+        .prop_filter("needs leases that run out, or a provider", move |t| {
+            (short_leases || !t.needs_short_leases()) && (provider || !t.needs_provider())
         })
         .boxed()
 }
@@ -206,7 +232,7 @@ pub(super) fn schedules(shape: Shape) -> BoxedStrategy<Schedule> {
     let ask = (
         0..objects,
         prop_oneof![4 => Just(0u8), 1 => 1u8..3],
-        trouble(shape.short_leases),
+        trouble(shape.short_leases, shape.provider),
     )
         .prop_map(|(object, variant, trouble)| Event::Ask {
             object,

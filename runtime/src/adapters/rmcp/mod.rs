@@ -16,11 +16,13 @@
 //!    authentication put there, so that each user is a run;
 //! 4. [`RunSource::Session`]: the session the server issued: over
 //!    streamable HTTP one that [`SessionRuns`] saw rmcp's session manager
-//!    issue, over stdio the connection, for clients that opened with
+//!    issue, over stdio the connection: one served through
+//!    [`ConnectionRuns`] (every protocol), else one that opened with
 //!    `initialize` (protocol 2025-11-25 and older);
 //! 5. otherwise, by default, the run [`SERVER_WIDE_RUN`], the same for
 //!    every request ([`Unscoped::ServerWide`]), or a refusal
-//!    ([`Unscoped::Refuse`]).
+//!    ([`Unscoped::Refuse`]). The first call that falls to the server-wide
+//!    run is logged at warn level, once per process.
 //!
 //! Each step names a wider circle of calls than the one before, and none is
 //! ever one request's own: a stateless request (protocol 2026-07-28) with
@@ -61,7 +63,7 @@ use ::rmcp::model::{CallToolRequestParams, RequestMetaObject};
 pub use self::http::{RUN_HEADER, RunHeader, RunHeaderLayer};
 pub use self::policy::{RunPolicy, RunSource, Unscoped};
 pub use self::run::{EmptyPrincipal, Principal, RequestRunError, ResolvesRuns, run_of};
-pub use self::session::SessionRuns;
+pub use self::session::{ConnectionRuns, SessionRuns};
 use crate::run::Run;
 
 /// The `_meta` key under which a client names the run of a `tools/call`

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use ::rmcp::ErrorData;
 use ::rmcp::RoleServer;
@@ -185,13 +186,35 @@ pub fn run_of(
     }
     match (policy.unscoped(), &principal) {
         (Unscoped::Refuse, _) => Err(RequestRunError::Unscoped),
-        (Unscoped::ServerWide, None) => Ok(Run::constant(SERVER_WIDE_RUN)),
+        (Unscoped::ServerWide, None) => {
+            fell_to_server_wide();
+            Ok(Run::constant(SERVER_WIDE_RUN))
+        }
         // A server that keeps its principals out of the run order still
         // never lets one read another's results.
         (Unscoped::ServerWide, Some(principal)) => {
+            fell_to_server_wide();
             Ok(Run::derived(&[("principal", principal.as_str())]).then(SERVER_WIDE_RUN))
         }
     }
+}
+
+/// Says once per process, at warn level, that a call fell to the
+/// server-wide run: a repeat is then any call of the same key, by any
+/// client, for the store's retention, which a server rarely means.
+fn fell_to_server_wide() {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if SAID.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    tracing::warn!(
+        target: TARGET,
+        run = SERVER_WIDE_RUN,
+        "a tools/call request named no run and came with no session, so it fell to the \
+         server-wide run, which every client of this server (and, on a durable store, every later \
+         server process) shares: name the run in `_meta[\"{RUN_META_KEY}\"]`, or serve stdio \
+         through `ConnectionRuns`; said once per process"
+    );
 }
 
 fn meta_run(context: &RequestContext<RoleServer>) -> Result<Option<Run>, RequestRunError> {

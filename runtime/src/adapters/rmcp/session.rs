@@ -1,6 +1,8 @@
 //! The MCP session of a request, as the server issued it: over streamable
 //! HTTP a session that rmcp's session manager issued, seen through
-//! [`SessionRuns`]; over a stream transport, the connection.
+//! [`SessionRuns`]; over a stream transport, the connection, named by
+//! [`ConnectionRuns`] when the server serves it, else by its `initialize`
+//! handshake.
 
 use std::future::Future;
 use std::sync::{Arc, LazyLock, Weak};
@@ -11,10 +13,11 @@ use ::rmcp::RoleServer;
 use ::rmcp::model::{
     ClientJsonRpcMessage, GetExtensions, InitializeRequestParams, ServerJsonRpcMessage,
 };
-use ::rmcp::service::RequestContext;
+use ::rmcp::service::{RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
 use ::rmcp::transport::streamable_http_server::session::{
     EventStore, RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
 };
+use ::rmcp::transport::{IntoTransport, Transport};
 use futures_util::Stream;
 
 use crate::run::Run;
@@ -155,15 +158,99 @@ impl<M: SessionManager> SessionManager for SessionRuns<M> {
     }
 }
 
+/// A stream transport (stdio, a socket, a pipe) whose connection is the run
+/// of every call it carries ([`RunSource::Session`](super::RunSource::Session)),
+/// whatever protocol the client speaks.
+///
+/// A client on protocol 2026-07-28 opens no session: over stdio nothing in
+/// its requests tells one connection from another, and without this wrapper
+/// a call that names no run in `_meta` falls to the server-wide run, which
+/// a later process on the same durable store shares. A stdio server process
+/// serves one client, so its connection is the natural run: wrap the
+/// transport as it is served, and an id is minted for the connection then,
+/// once, at random, and every request that comes in on it carries it. Two
+/// connections, in this process or another, never share one.
+///
+/// ```no_run
+/// use idempotent_tools::rmcp::ConnectionRuns;
+/// use rmcp::{RoleServer, ServerHandler, ServiceExt, transport::Transport};
+///
+/// // `transport` is `rmcp::transport::stdio()` in a stdio server.
+/// async fn serve<E: std::error::Error + Send + Sync + 'static>(
+///     shop: impl ServerHandler,
+///     transport: impl Transport<RoleServer, Error = E> + 'static,
+/// ) -> Result<(), Box<dyn std::error::Error>> {
+///     shop.serve(ConnectionRuns::new(transport)).await?.waiting().await?;
+///     Ok(())
+/// }
+/// ```
+#[derive(Debug)]
+pub struct ConnectionRuns<T> {
+    inner: T,
+    id: Arc<str>,
+}
+
+impl ConnectionRuns<()> {
+    /// Wraps `transport` (anything rmcp serves: `rmcp::transport::stdio()`,
+    /// an `AsyncRead + AsyncWrite` pair, a transport), minting its
+    /// connection's id.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new<I, E, A>(transport: I) -> ConnectionRuns<impl Transport<RoleServer, Error = E>>
+    where
+        I: IntoTransport<RoleServer, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        ConnectionRuns {
+            inner: transport.into_transport(),
+            id: Arc::from(uuid::Uuid::new_v4().to_string()),
+        }
+    }
+}
+
+/// Left in a request's extensions by [`ConnectionRuns`]: the id of the
+/// connection it came in on. Never on the wire, so a client cannot send one.
+#[derive(Clone, Debug)]
+struct ServedConnection(Arc<str>);
+
+impl<T: Transport<RoleServer>> Transport<RoleServer> for ConnectionRuns<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleServer>>> + Send {
+        let id = Arc::clone(&self.id);
+        let next = self.inner.receive();
+        async move {
+            let mut message = next.await?;
+            if let ClientJsonRpcMessage::Request(request) = &mut message {
+                request
+                    .request
+                    .extensions_mut()
+                    .insert(ServedConnection(id));
+            }
+            Some(message)
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
 /// The run of the request's session, if the server issued it, made by
 /// `within` from the source's tag and the session's id.
 ///
 /// Over HTTP only a session that [`SessionRuns`] saw issued counts: a
 /// stateless request (protocol 2026-07-28, or a server without sessions) is
 /// served by a service made for it alone, and its `Mcp-Session-Id`, if any,
-/// is the client's invention. Elsewhere the connection counts, once a client
-/// opened it with `initialize`: rmcp keeps that handshake for the
-/// connection's life.
+/// is the client's invention. Elsewhere the connection counts: the one
+/// [`ConnectionRuns`] named, else one a client opened with `initialize`
+/// (rmcp keeps that handshake for the connection's life).
 pub(super) fn session_run(
     context: &RequestContext<RoleServer>,
     within: impl Fn(&'static str, &str) -> Run,
@@ -171,6 +258,9 @@ pub(super) fn session_run(
     if context.extensions.get::<http::request::Parts>().is_some() {
         let IssuedSession(id) = context.extensions.get::<IssuedSession>()?;
         return Some(within("session", id));
+    }
+    if let Some(ServedConnection(id)) = context.extensions.get::<ServedConnection>() {
+        return Some(within("connection", id));
     }
     let handshake = context.peer.peer_info()?;
     Some(within("connection", &connection_id(&handshake)))
