@@ -136,7 +136,9 @@ fn the_root_names_what_a_tool_author_writes() {
     }
     let expected: BTreeSet<String> = [
         "CallId",
+        "Classify",
         "Error",
+        "Failure",
         "FreeText",
         "KeyPart",
         "MemoryStore",
@@ -146,6 +148,7 @@ fn the_root_names_what_a_tool_author_writes() {
         "Run",
         "RunError",
         "SqliteStore",
+        "Verified",
         "current_key",
         "rig",
         "rmcp",

@@ -43,6 +43,7 @@
 
 mod call_id;
 mod error;
+mod failure;
 mod fingerprint;
 mod free_text;
 mod guard;
@@ -71,6 +72,7 @@ pub(crate) const TARGET: &str = "idempotent_tools";
 
 pub use call_id::CallId;
 pub use error::Error;
+pub use failure::{Classify, Failure, Verified};
 pub use free_text::FreeText;
 pub use guard::current_key;
 pub use key::KeyPart;

@@ -200,8 +200,8 @@ pub(crate) fn unknown_outcome(tool: &ToolId, recorded: bool) {
     if recorded {
         tracing::warn!(
             target: TARGET,
-            "recorded the outcome as unknown: a holder stopped mid-action and the takeover policy \
-             says not to run it again; an operator must check the provider, then forget the key"
+            "recorded the outcome as unknown: the action may have taken effect and nobody could \
+             tell; an operator must check the provider, then resolve the key"
         );
     } else {
         tracing::warn!(

@@ -32,8 +32,16 @@ pub enum Takeover {
     /// Do not run it. Record the outcome as unknown, and answer this call and
     /// every later one with [`Error::UnknownOutcome`](crate::Error::UnknownOutcome)
     /// until an operator [forgets](crate::records::Records::forget) the key. For
-    /// providers that take no key.
+    /// providers that take no key and cannot be asked.
     ReportUnknown,
+    /// Ask the provider, through the call's
+    /// [verification](crate::call::Call::verify): replay what it applied,
+    /// act if it did not (once the [settle](Policy::settle) time has
+    /// passed), and record the outcome as unknown if it cannot tell within
+    /// the call's `wait` or contradicts the ask. For providers that take no
+    /// key but can be asked. Without a verification, as
+    /// [`Takeover::ReportUnknown`].
+    Verify,
 }
 
 /// A call site's settings. Every field has a default.
@@ -48,6 +56,10 @@ pub struct Policy {
     pub lease: Duration,
     /// What a takeover does.
     pub takeover: Takeover,
+    /// How long the provider's lookups may lag behind its writes: a
+    /// verification's "not applied" is trusted only once this long has
+    /// passed since the action may last have run.
+    pub settle: Duration,
     /// The note a replay carries for the model.
     pub replay_note: Option<Cow<'static, str>>,
     /// The note a conflict on arguments carries for the model.
@@ -73,6 +85,7 @@ impl Policy {
         wait: DEFAULT_WAIT,
         lease: DEFAULT_LEASE,
         takeover: Takeover::Rerun,
+        settle: Duration::ZERO,
         replay_note: None,
         conflict_note: None,
     };

@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crate::error::Error;
 use crate::key::Key;
@@ -16,6 +16,7 @@ use crate::tool::ToolId;
 
 use super::active;
 use super::held::Held;
+use super::verify::Verifier;
 
 /// A held claim whose action is about to run or running: the key it acts
 /// as, for `current_key` and the re-entrancy check.
@@ -23,21 +24,44 @@ pub(super) struct Acting {
     held: Held,
     pub(super) active: active::Active,
     tool: ToolId,
+    /// How to ask the provider, if the action fails in a way that may have
+    /// taken effect: boxed, as most calls have none.
+    verification: Option<Box<Verification>>,
+}
+
+/// A call's verification, with what bounds it.
+pub(super) struct Verification {
+    pub(super) verifier: Verifier,
+    pub(super) settle: Duration,
+    pub(super) wait: Duration,
 }
 
 impl Acting {
-    pub(super) fn new(key: Key, tool: ToolId, mut held: Held) -> Acting {
+    pub(super) fn new(
+        key: Key,
+        tool: ToolId,
+        mut held: Held,
+        verification: Option<Box<Verification>>,
+    ) -> Acting {
         held.renew_while_acting();
         Acting {
             held,
             active: active::Active::inside(key),
             tool,
+            verification,
         }
+    }
+
+    /// The call's verification, taken out.
+    pub(super) fn take_verification(&mut self) -> Option<Box<Verification>> {
+        self.verification.take()
     }
 
     /// Completes the claim with the action's record; see [`Held::complete`].
     pub(super) fn complete(self, state: RecordState, value: RecordValue) -> Completing {
-        let Acting { held, active, tool } = self;
+        let Acting {
+            held, active, tool, ..
+        } = self;
         let store = held.store();
         let completion = Completion {
             state,
@@ -115,6 +139,7 @@ impl Future for Completing {
             Ok(()) => {
                 match self.state {
                     RecordState::Failed => observe::error_recorded(&self.tool),
+                    RecordState::Unknown => observe::unknown_outcome(&self.tool, true),
                     _ => observe::fresh(&self.tool),
                 }
                 Ok(())

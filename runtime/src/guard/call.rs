@@ -4,6 +4,13 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::future::Future;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::verify::Verifier;
+use crate::failure::Verified;
 use crate::fingerprint::Fingerprint;
 use crate::key::{Key, PendingKey};
 use crate::policy::{Policy, Takeover};
@@ -59,6 +66,8 @@ pub struct Call {
     pub(super) fingerprint: Fingerprint,
     pub(super) policy: CallPolicy,
     pub(super) store: Option<Arc<dyn Store>>,
+    /// How to ask the provider whether the action happened, if it can be.
+    pub(super) verifier: Option<Verifier>,
 }
 
 impl Call {
@@ -76,6 +85,7 @@ impl Call {
             fingerprint: Fingerprint::EMPTY,
             policy: CallPolicy::fixed(&Policy::DEFAULT),
             store: None,
+            verifier: None,
         }
     }
 
@@ -94,6 +104,7 @@ impl Call {
             fingerprint,
             policy: CallPolicy::fixed(policy),
             store,
+            verifier: None,
         }
     }
 
@@ -195,6 +206,69 @@ impl Call {
     /// What a takeover from a crashed holder does.
     pub fn takeover(mut self, takeover: Takeover) -> Call {
         self.policy.make_mut().takeover = takeover;
+        self
+    }
+
+    /// How to ask the provider whether the action under the call's key
+    /// happened, for a provider that takes no idempotency key but can be
+    /// asked (a refund listed by order, a ticket found by a tag). It runs
+    /// when the action fails in a way that may have taken effect (see
+    /// [`Call::run_classified`]) and, with [`Takeover::Verify`] (which
+    /// this sets), when the call takes over from a holder that stopped
+    /// mid-action. Its answer decides: [`Verified::Applied`] is recorded
+    /// as the action's result and replayed; [`Verified::NotApplied`] lets
+    /// the action run (once the policy's `settle` time has passed);
+    /// [`Verified::NotYet`], a panic or no answer is asked again until the
+    /// call's `wait` runs out, and then, as for
+    /// [`Verified::Contradicts`], the outcome is recorded as unknown for an
+    /// operator to resolve.
+    ///
+    /// ```
+    /// use idempotent_tools::call::{Call, Key};
+    /// use idempotent_tools::{Classify, Failure, Verified};
+    ///
+    /// #[derive(Debug, thiserror::Error)]
+    /// enum RefundError {
+    ///     #[error("the payment service did not answer in time")]
+    ///     TimedOut,
+    ///     #[error(transparent)]
+    ///     Idempotency(#[from] idempotent_tools::Error),
+    /// }
+    ///
+    /// impl Classify for RefundError {
+    ///     fn failure(&self) -> Failure {
+    ///         match self {
+    ///             RefundError::TimedOut => Failure::Unknown,
+    ///             RefundError::Idempotency(_) => Failure::Definite,
+    ///         }
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), RefundError> {
+    /// let key = Key::builder().literal("run-1:refund:")?.part("order_id", "1182")?.finish()?;
+    /// // The refund went through, but its answer never came back.
+    /// let refunded = Call::new("shop::refund", key)
+    ///     .verify(|_key| async { Verified::Applied("re_1".to_owned()) })
+    ///     .run_classified(async { Err::<String, _>(RefundError::TimedOut) })
+    ///     .await?;
+    /// assert_eq!(refunded.value().map(String::as_str), Some("re_1"));
+    /// # Ok(()) }
+    /// ```
+    pub fn verify<T, F, Fut>(mut self, check: F) -> Call
+    where
+        F: Fn(Key) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Verified<T>> + Send + 'static,
+        T: Serialize + DeserializeOwned + Send + Sync + 'static,
+    {
+        self.verifier = Some(Verifier::new(check));
+        self.takeover(Takeover::Verify)
+    }
+
+    /// How long the provider's lookups may lag behind its writes (see
+    /// [`Policy::settle`]).
+    pub fn settle(mut self, settle: Duration) -> Call {
+        self.policy.make_mut().settle = settle;
         self
     }
 

@@ -26,12 +26,13 @@ use crate::store::{
 };
 use crate::tool::ToolId;
 
-use super::acting::Acting;
+use super::acting::{Acting, Verification};
 use super::active;
 use super::backoff::Backoff;
 use super::call::Call;
 use super::codec::ErrorCodec;
 use super::held::{Held, detached};
+use super::verify::{self, Checked, unknown_detail};
 
 impl Call {
     /// Claims the key: everything before the action, with no type of the
@@ -117,10 +118,11 @@ impl Call {
             return Begin::Later(Box::pin(self.take().claiming(store, None)));
         };
         match answer {
-            Ok(ClaimAnswer::Claimed(held)) if !self.reports_takeover(&held) => {
+            Ok(ClaimAnswer::Claimed(held)) if self.acts_on(&held) => {
                 observe::claimed(&self.tool, held.fence(), held.taken_over());
                 let tool = mem::replace(&mut self.tool, ToolId::new(""));
-                Begin::Now(Begun::Act(Acting::new(key, tool, held)))
+                let verification = self.verification();
+                Begin::Now(Begun::Act(Acting::new(key, tool, held, verification)))
             }
             Ok(answer @ (ClaimAnswer::Claimed(_) | ClaimAnswer::InFlight(_))) => {
                 let store = Arc::clone(store);
@@ -145,8 +147,23 @@ impl Call {
         }
     }
 
-    fn reports_takeover(&self, held: &Held) -> bool {
-        held.taken_over() && self.policy.get().takeover == Takeover::ReportUnknown
+    /// Whether a claim just won acts at once: it is fresh, or it took over
+    /// from a holder that stopped and the policy is to run again.
+    fn acts_on(&self, held: &Held) -> bool {
+        !held.taken_over() || self.policy.get().takeover == Takeover::Rerun
+    }
+
+    /// The call's verification, with what bounds it, taken out.
+    fn verification(&mut self) -> Option<Box<Verification>> {
+        let policy = self.policy.get();
+        let (settle, wait) = (policy.settle, policy.wait);
+        self.verifier.take().map(|verifier| {
+            Box::new(Verification {
+                verifier,
+                settle,
+                wait,
+            })
+        })
     }
 
     /// The claim loop for stores that do I/O, and for duplicates that wait
@@ -182,27 +199,50 @@ impl Call {
                 }
             };
             match answer {
-                ClaimAnswer::Claimed(held) if self.reports_takeover(&held) => {
-                    let unknown = Completion {
-                        state: RecordState::Unknown,
-                        value: RecordValue::from_json("null"),
+                ClaimAnswer::Claimed(held) if !self.acts_on(&held) => {
+                    // Taken over from a holder that stopped mid-action, which
+                    // may or may not have acted: ask the provider if the call
+                    // can, or record that nobody knows.
+                    observe::claimed(&self.tool, held.fence(), true);
+                    let verification = self.verification();
+                    let checked = match &verification {
+                        Some(v) => {
+                            let now = Instant::now();
+                            let (verifier, since) = (v.verifier.clone(), (now, v.settle));
+                            verify::check(verifier, key.clone(), since, now + v.wait).await
+                        }
+                        None => Checked::Unknown("its holder stopped mid-action".to_owned()),
+                    };
+                    let (state, value) = match checked {
+                        Checked::NotApplied => {
+                            return Begun::Act(Acting::new(key, self.tool, held, verification));
+                        }
+                        Checked::Applied(value) => (RecordState::Done, value),
+                        Checked::Unknown(why) => (RecordState::Unknown, unknown_detail(&why, None)),
+                    };
+                    let finished = Completion {
+                        state,
+                        value,
                         completed_at: SystemTime::now(),
                     };
-                    // Nothing ran here: if the unknown outcome cannot be
-                    // recorded, the claim stays held and the next caller
-                    // decides again.
-                    observe::claimed(&self.tool, held.fence(), true);
-                    let recorded = observe::timed(&*store, "complete", held.complete(unknown));
+                    // Nothing ran here: if the outcome cannot be recorded,
+                    // the claim stays held and the next caller decides again.
+                    let recorded =
+                        observe::timed(&*store, "complete", held.complete(finished.clone()));
                     if let Err(cause) = recorded.await {
                         let cause = observe::store_failed(&self.tool, &*store, "complete", cause);
                         return Begun::Ended(Ended::Failed(cause));
+                    }
+                    if state == RecordState::Done {
+                        return self.replay(finished);
                     }
                     observe::unknown_outcome(&self.tool, true);
                     return Begun::Ended(Ended::Failed(Error::UnknownOutcome { key }));
                 }
                 ClaimAnswer::Claimed(held) => {
                     observe::claimed(&self.tool, held.fence(), held.taken_over());
-                    return Begun::Act(Acting::new(key, self.tool, held));
+                    let verification = self.verification();
+                    return Begun::Act(Acting::new(key, self.tool, held, verification));
                 }
                 ClaimAnswer::InFlight(woken) => {
                     let deadline =

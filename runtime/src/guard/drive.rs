@@ -11,15 +11,19 @@
 //! not once per tool: what each tool instantiates is [`Drive::poll`], one
 //! call.
 
+use std::fmt;
 use std::future::Future;
 use std::mem;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use tokio::time::Instant;
+
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
+use crate::failure::{Classify, Failure};
 use crate::observe;
 use crate::outcome::Outcome;
 use crate::store::record::RecordState;
@@ -29,6 +33,7 @@ use super::acting::{Acting, Completing, Releasing};
 use super::call::Call;
 use super::claim::{Begin, Begun, Replayed};
 use super::codec::ErrorCodec;
+use super::verify::{self, Checked, unknown_detail};
 
 impl Call {
     /// Claims the key, then runs `action` or replays.
@@ -89,6 +94,71 @@ impl Call {
     {
         drive(Ok(self), action, Some(ErrorCodec::<E>::recording()))
     }
+
+    /// Like [`Call::run`], for an action whose error says whether it may
+    /// have taken effect ([`Classify`]). A [definite](Failure::Definite)
+    /// error releases the claim, as [`Call::run`] does, and a retry acts
+    /// again. An [unknown](Failure::Unknown) one never releases it: the
+    /// call's [verification](Call::verify) asks the provider (its result
+    /// is recorded and returned if the action happened; the claim is
+    /// released if it did not), and without one, or when it cannot tell,
+    /// the outcome is recorded as unknown, so every later call gets
+    /// [`Error::UnknownOutcome`] until an operator resolves it. The call
+    /// itself returns the action's error.
+    ///
+    /// ```
+    /// use std::io::ErrorKind;
+    /// use std::sync::Arc;
+    /// use idempotent_tools::call::{Call, Key};
+    /// use idempotent_tools::{Classify, Error, Failure, MemoryStore};
+    ///
+    /// #[derive(Debug, thiserror::Error)]
+    /// enum SendError {
+    ///     #[error("the mail server did not answer")]
+    ///     Network(#[from] std::io::Error),
+    ///     #[error(transparent)]
+    ///     Idempotency(#[from] Error),
+    /// }
+    ///
+    /// impl Classify for SendError {
+    ///     fn failure(&self) -> Failure {
+    ///         match self {
+    ///             SendError::Network(err) => err.failure(),
+    ///             SendError::Idempotency(_) => Failure::Definite,
+    ///         }
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), SendError> {
+    /// let store = Arc::new(MemoryStore::new());
+    /// let key = Key::builder().literal("run-1:email:")?.part("ticket", "77")?.finish()?;
+    /// let send = || Call::new("mail::send", key.clone()).store(&store);
+    ///
+    /// // The mail may have gone out before the connection timed out.
+    /// let timed_out = send()
+    ///     .run_classified(async { Err::<(), _>(SendError::from(std::io::Error::from(ErrorKind::TimedOut))) })
+    ///     .await;
+    /// assert!(matches!(timed_out, Err(SendError::Network(_))));
+    ///
+    /// // The retry does not send it again: the outcome is unknown.
+    /// let retry = send().run_classified(async { Ok::<(), SendError>(()) }).await;
+    /// assert!(matches!(retry, Err(SendError::Idempotency(Error::UnknownOutcome { .. }))));
+    /// # Ok(()) }
+    /// ```
+    pub fn run_classified<T, E, F>(self, action: F) -> impl Future<Output = Result<Outcome<T>, E>>
+    where
+        F: Future<Output = Result<T, E>>,
+        T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+        E: From<Error> + Classify + fmt::Display,
+    {
+        drive_classified(Ok(self), action, None, Some(unknown_error::<E>))
+    }
+}
+
+/// The error's text, if it says the action may have taken effect.
+fn unknown_error<E: Classify + fmt::Display>(err: &E) -> Option<String> {
+    (err.failure() == Failure::Unknown).then(|| err.to_string())
 }
 
 /// Runs the call in its span (see [`observe::call_span`]).
@@ -102,9 +172,25 @@ where
     T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
     E: From<Error>,
 {
+    drive_classified(call, action, errors, None)
+}
+
+/// [`drive`], with `unknown` telling which of the action's errors may have
+/// taken effect (it returns the error's text for the record).
+pub(crate) fn drive_classified<T, E, F>(
+    call: Result<Call, Error>,
+    action: F,
+    errors: Option<ErrorCodec<E>>,
+    unknown: Option<fn(&E) -> Option<String>>,
+) -> impl Future<Output = Result<Outcome<T>, E>>
+where
+    F: Future<Output = Result<T, E>>,
+    T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    E: From<Error>,
+{
     Drive {
         action,
-        core: Core::new(call, errors),
+        core: Core::new(call, errors, unknown),
     }
 }
 
@@ -139,6 +225,7 @@ where
 struct Core<T, E> {
     state: State<T, E>,
     errors: Option<ErrorCodec<E>>,
+    unknown: Option<fn(&E) -> Option<String>>,
     span: tracing::Span,
 }
 
@@ -156,6 +243,9 @@ enum State<T, E> {
     RecordingError(Completing, E),
     /// The action returned this error; the claim is being released.
     Releasing(Releasing, E),
+    /// The action returned an error after which it may have taken effect;
+    /// the provider is being asked.
+    Verifying(Box<Verifying<E>>),
     /// Completion, or unwinding from a panic in the action.
     Done,
 }
@@ -166,7 +256,11 @@ where
     E: From<Error>,
 {
     /// A call not polled yet, in its span.
-    fn new(call: Result<Call, Error>, errors: Option<ErrorCodec<E>>) -> Core<T, E> {
+    fn new(
+        call: Result<Call, Error>,
+        errors: Option<ErrorCodec<E>>,
+        unknown: Option<fn(&E) -> Option<String>>,
+    ) -> Core<T, E> {
         let span = match &call {
             Ok(call) => observe::call_span(&call.tool, call.key.as_str(), call.store.as_deref()),
             Err(_) => tracing::Span::none(),
@@ -174,6 +268,7 @@ where
         Core {
             state: State::Start(call),
             errors,
+            unknown,
             span,
         }
     }
@@ -186,6 +281,7 @@ where
         let Core {
             state,
             errors,
+            unknown,
             span,
         } = self;
         let _in_span = span.enter();
@@ -232,12 +328,13 @@ where
                             acting.complete(RecordState::Done, RecordValue::typed(value.clone())),
                             value,
                         ),
-                        Poll::Ready(Err(err)) => match errors {
-                            Some(codec) => State::RecordingError(
+                        Poll::Ready(Err(err)) => match (&*errors, unknown.and_then(|f| f(&err))) {
+                            (Some(codec), _) => State::RecordingError(
                                 acting.complete(RecordState::Failed, (codec.record)(&err)),
                                 err,
                             ),
-                            None => State::Releasing(acting.release(), err),
+                            (None, Some(error)) => Verifying::start(acting, err, error),
+                            (None, None) => State::Releasing(acting.release(), err),
                         },
                     };
                     if matches!(state, State::Acting(_)) {
@@ -267,6 +364,16 @@ where
                         }
                     };
                 }
+                State::Verifying(mut verifying) => {
+                    *state = match verifying.checking.as_mut().poll(cx) {
+                        Poll::Pending => {
+                            *state = State::Verifying(verifying);
+                            return Poll::Pending;
+                        }
+                        Poll::Ready(checked) => (*verifying).end(checked),
+                    };
+                    continue;
+                }
                 State::Releasing(mut releasing, err) => {
                     return match Pin::new(&mut releasing).poll(cx) {
                         Poll::Ready(()) => Poll::Ready(Err(err)),
@@ -286,6 +393,66 @@ where
                 }
             }
         }
+    }
+}
+
+/// An action that failed in a way that may have taken effect, while the
+/// provider is asked whether it did.
+struct Verifying<E> {
+    acting: Acting,
+    checking: Pin<Box<dyn Future<Output = Checked> + Send>>,
+    err: E,
+    /// The error's text, for the record if nobody can tell.
+    error: String,
+}
+
+impl<E> Verifying<E> {
+    /// Asks the call's verification, if it has one; otherwise records the
+    /// outcome as unknown.
+    fn start<T>(mut acting: Acting, err: E, error: String) -> State<T, E> {
+        let Some(v) = acting.take_verification() else {
+            let why = "the action failed in a way that may have taken effect";
+            let detail = unknown_detail(why, Some(&error));
+            return State::RecordingError(acting.complete(RecordState::Unknown, detail), err);
+        };
+        let now = Instant::now();
+        let key = acting.active.key().clone();
+        let checking = Box::pin(verify::check(
+            v.verifier,
+            key,
+            (now, v.settle),
+            now + v.wait,
+        ));
+        State::Verifying(Box::new(Verifying {
+            acting,
+            checking,
+            err,
+            error,
+        }))
+    }
+
+    /// What the provider's answer leads to: the result it applied,
+    /// recorded; the claim released, as after a definite failure; or the
+    /// outcome recorded as unknown.
+    fn end<T>(self, checked: Checked) -> State<T, E>
+    where
+        T: DeserializeOwned + Clone + 'static,
+    {
+        let Verifying {
+            acting, err, error, ..
+        } = self;
+        let why = match checked {
+            Checked::NotApplied => return State::Releasing(acting.release(), err),
+            Checked::Applied(record) => match record.decode::<T>() {
+                Ok(value) => {
+                    return State::Completing(acting.complete(RecordState::Done, record), value);
+                }
+                Err(_) => "the verification's result does not read as the tool's".to_owned(),
+            },
+            Checked::Unknown(why) => why,
+        };
+        let detail = unknown_detail(&why, Some(&error));
+        State::RecordingError(acting.complete(RecordState::Unknown, detail), err)
     }
 }
 

@@ -19,6 +19,7 @@ mod drive;
 mod held;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod transaction;
+mod verify;
 
 use std::any::Any;
 use std::sync::Arc;

@@ -340,8 +340,9 @@ pub struct Record {
     /// When the holder's lease runs (or ran) out, while held. `None` in the
     /// memory store, whose leases never run out under a live process.
     pub lease_until: Option<SystemTime>,
-    /// The result or recorded error, once finished (JSON `null` for an
-    /// unknown outcome).
+    /// The result or recorded error, once finished; for an unknown outcome,
+    /// why it is unknown and the error that left it so
+    /// (`{"why": "...", "error": "..."}`), for the operator who resolves it.
     pub result: Option<RecordValue>,
     /// When the action finished.
     pub completed_at: Option<SystemTime>,

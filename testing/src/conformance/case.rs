@@ -112,6 +112,10 @@ macro_rules! case {
     ($name:ident, [$($need:ident),*]) => {
         case!($name, [$($need),*], |subject| $name(subject.store))
     };
+    // A case handed the whole subject: the store, and its `Records` if any.
+    ($name:ident, [$($need:ident),*], subject) => {
+        case!($name, [$($need),*], |subject| $name(subject))
+    };
     // A case that also calls the store's `Records`: ignored without them.
     ($name:ident, [$($need:ident),*], records) => {
         case!($name, [$($need),*], |subject| $name(subject.records()))

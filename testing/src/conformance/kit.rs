@@ -11,15 +11,15 @@ mod errors;
 mod racing;
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
 use idempotent_tools::{
-    Error, Outcome, Run,
+    Classify, Error, Failure, Outcome, Run,
     call::{Call, Fingerprint, Key, ToolId},
     records::RecordState,
     store::{
@@ -45,6 +45,9 @@ pub enum RefundError {
     /// The provider declined the refund.
     #[error("declined: {0}")]
     Declined(String),
+    /// The provider did not answer in time: the refund may have happened.
+    #[error("the provider did not answer in time")]
+    TimedOut,
     /// The guard refused or failed; never recorded.
     #[serde(skip)]
     #[error("the guard refused the refund")]
@@ -62,6 +65,7 @@ impl PartialEq for RefundError {
         match (self, other) {
             (RefundError::Declined(a), RefundError::Declined(b)) => a == b,
             (RefundError::Guard(a), RefundError::Guard(b)) => Arc::ptr_eq(a, b),
+            (RefundError::TimedOut, RefundError::TimedOut) => true,
             _ => false,
         }
     }
@@ -72,7 +76,18 @@ impl RefundError {
     pub fn guard(&self) -> Option<&Error> {
         match self {
             RefundError::Guard(err) => Some(err),
-            RefundError::Declined(_) => None,
+            RefundError::Declined(_) | RefundError::TimedOut => None,
+        }
+    }
+}
+
+/// A timeout may come after the provider acted; a refusal, and the guard's
+/// own errors, are definite.
+impl Classify for RefundError {
+    fn failure(&self) -> Failure {
+        match self {
+            RefundError::TimedOut => Failure::Unknown,
+            RefundError::Declined(_) | RefundError::Guard(_) => Failure::Definite,
         }
     }
 }
@@ -89,21 +104,39 @@ pub struct Refunded {
 }
 
 /// A stand-in provider that counts every refund that reached it: the count
-/// is what a case asserts on, since it is what a customer would see.
+/// is what a case asserts on, since it is what a customer would see. It
+/// takes no idempotency key, and lists the refunds of an order when asked.
 #[derive(Debug, Default)]
 pub struct CountingProvider {
     refunds: AtomicUsize,
+    made: Mutex<Vec<Refunded>>,
 }
 
 impl CountingProvider {
     /// Makes one refund and counts it.
     pub fn refund(&self, order_id: &str, usd: u64) -> Refunded {
         let n = self.refunds.fetch_add(1, Ordering::SeqCst) + 1;
-        Refunded {
+        let refunded = Refunded {
             id: format!("re_{n}"),
             order_id: order_id.to_owned(),
             usd,
-        }
+        };
+        self.made
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(refunded.clone());
+        refunded
+    }
+
+    /// The first refund made on `order_id`, as a lookup of the provider's
+    /// would find it.
+    pub fn refund_of(&self, order_id: &str) -> Option<Refunded> {
+        self.made
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|refund| refund.order_id == order_id)
+            .cloned()
     }
 
     /// How many refunds reached the provider.

@@ -98,6 +98,7 @@ mod releases;
 mod restarts;
 mod scope;
 mod trial;
+mod unknown;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -22,6 +22,7 @@ pub(super) fn trials<S: Store>(suite: Arc<Suite<S>>) -> Vec<Trial> {
     cases.extend(super::releases::cases());
     cases.extend(super::cancellation::cases());
     cases.extend(super::leases::cases());
+    cases.extend(super::unknown::cases());
     cases.extend(super::durable::cases());
     cases.extend(super::inspection::cases());
     cases.extend(super::restarts::cases());

@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 
 use idempotent_tools::call::{Fingerprint, Key, ToolId};
 use idempotent_tools::store::{
-    Claim, ClaimAnswer, ClaimRequest, Completion, Store, StoreError, StoreFuture, StoreResult,
+    Claim, ClaimAnswer, ClaimRequest, Completion, Store, StoreError, StoreResult,
 };
 
 use super::schedule::{Step, Trouble};
@@ -88,13 +88,6 @@ pub(super) struct Troubled {
     /// wake-up when one is: a dropped caller's steps run on without it.
     open: Mutex<HashMap<usize, u32>>,
     closed: Notify,
-}
-
-/// One caller's handle on the storm's store: the tool is given this.
-pub(super) struct Handle {
-    pub(super) store: Arc<Troubled>,
-    pub(super) caller: usize,
-    pub(super) object: String,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -348,7 +341,7 @@ impl Troubled {
         }
     }
 
-    async fn claim(
+    pub(super) async fn claim(
         &self,
         id: usize,
         object: &str,
@@ -424,7 +417,12 @@ impl Troubled {
         answer
     }
 
-    async fn complete(&self, id: usize, claim: &Claim, finished: Completion) -> StoreResult<()> {
+    pub(super) async fn complete(
+        &self,
+        id: usize,
+        claim: &Claim,
+        finished: Completion,
+    ) -> StoreResult<()> {
         if self.vanished(id) {
             return Ok(());
         }
@@ -439,7 +437,7 @@ impl Troubled {
         done
     }
 
-    async fn release(&self, id: usize, claim: &Claim) -> StoreResult<()> {
+    pub(super) async fn release(&self, id: usize, claim: &Claim) -> StoreResult<()> {
         if self.vanished(id) {
             return Ok(());
         }
@@ -449,41 +447,11 @@ impl Troubled {
         done
     }
 
-    async fn renew(&self, id: usize, claim: &Claim, lease: Duration) -> StoreResult<()> {
+    pub(super) async fn renew(&self, id: usize, claim: &Claim, lease: Duration) -> StoreResult<()> {
         if self.vanished(id) {
             return Ok(());
         }
         self.troubled(id, claim, Step::Renew).await?;
         self.inner.renew(claim, lease).await
-    }
-}
-
-impl Store for Handle {
-    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> {
-        StoreFuture::boxed(self.store.claim(self.caller, &self.object, req))
-    }
-
-    fn complete<'a>(
-        &'a self,
-        claim: &'a Claim,
-        finished: Completion,
-    ) -> StoreFuture<'a, StoreResult<()>> {
-        StoreFuture::boxed(self.store.complete(self.caller, claim, finished))
-    }
-
-    fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
-        StoreFuture::boxed(self.store.release(self.caller, claim))
-    }
-
-    fn renew<'a>(&'a self, claim: &'a Claim, lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
-        StoreFuture::boxed(self.store.renew(self.caller, claim, lease))
-    }
-
-    fn kind(&self) -> &'static str {
-        self.store.inner.kind()
-    }
-
-    fn renew_every(&self, lease: Duration) -> Option<Duration> {
-        self.store.inner.renew_every(lease)
     }
 }

@@ -99,6 +99,7 @@
 
 mod checks;
 mod faults;
+mod handle;
 mod report;
 mod run;
 mod schedule;

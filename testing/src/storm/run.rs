@@ -13,7 +13,8 @@ use idempotent_tools::store::{ClaimAnswer, ClaimRequest, Store};
 use idempotent_tools::{Outcome, Run};
 
 use super::checks::{self, Answered, Caller, Violation};
-use super::faults::{Armed, Handle, Troubled};
+use super::faults::{Armed, Troubled};
+use super::handle::Handle;
 use super::schedule::{Event, Schedule, Trouble};
 use super::{Ask, Setup};
 use crate::conformance::kit::unique_id;
