@@ -92,9 +92,14 @@ struct ListArgs {
     /// Only records of this tool, by its full id (such as shop::refund_order).
     #[arg(long)]
     tool: Option<String>,
-    /// Only records of this run: keys that begin with it.
+    /// Only records of this run: keys whose text up to the first `:` is
+    /// it (`--run run-7` never lists `run-70:...`).
     #[arg(long)]
     run: Option<String>,
+    /// Only records whose key begins with this text: a search by the start
+    /// of a key (`--key-prefix run-7` lists `run-7:...` and `run-70:...`).
+    #[arg(long, value_name = "TEXT")]
+    key_prefix: Option<String>,
     /// Only records that last changed longer ago than this (90s, 15m, 2h, 7d).
     #[arg(long, value_name = "AGE", value_parser = print::parse_age)]
     older_than: Option<Duration>,
@@ -248,6 +253,9 @@ async fn list(store: &dyn Records, args: ListArgs, out: &mut impl Write) -> Resu
     }
     if let Some(run) = args.run {
         query = query.run(run);
+    }
+    if let Some(prefix) = args.key_prefix {
+        query = query.key_prefix(prefix);
     }
     if let Some(age) = args.older_than {
         query = query.older_than(age);
