@@ -43,8 +43,9 @@ UnknownOutcome, and nothing is refunded twice.
 Exit codes:
   0  the command did what it was asked
   1  the store failed or could not be reached
-  2  bad usage, or a store that is wrong: unknown URL scheme, no such file,
-     a database without the idempotent-tools schema
+  2  bad usage, or a store that is wrong: unknown URL scheme (or one this
+     build has no feature for), no such file, a database without the
+     idempotent-tools schema
   3  no record under the key (or digest) given
   4  refused, nothing changed: a live claim without --force, or the
      confirmation declined";
