@@ -159,6 +159,10 @@ impl CliError {
             CliError::BadRedisUrl { .. } | CliError::NoClusterNodes => Exit::Usage,
             CliError::NotFound(_) | CliError::DigestNotFound(_) => Exit::NotFound,
             CliError::LiveClaim { .. } | CliError::Declined(_) => Exit::Refused,
+            CliError::Open {
+                source: StoreError::BadSetting { .. },
+                ..
+            } => Exit::Usage,
             CliError::Open { .. } | CliError::Store { .. } | CliError::Output(_) => Exit::Failed,
         }
     }
@@ -205,6 +209,12 @@ impl CliError {
                 ..
             } => "install the release of this tool that matches the application: \
                   `cargo install idempotent-tools-cli --version VERSION`"
+                .into(),
+            CliError::Open {
+                source: StoreError::BadSetting { .. },
+                ..
+            } => "give `?schema=` the schema the application's `PostgresStore` was built with \
+                  (`PostgresStoreBuilder::schema`)"
                 .into(),
             CliError::Open {
                 source: StoreError::CannotOpen { .. },

@@ -54,8 +54,10 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "idempotent-tools", version, after_long_help = EXAMPLE)]
 struct Cli {
-    /// The store: a SQLite file path (or sqlite://PATH), a postgres:// URL, a
-    /// redis:// URL whose `prefix` parameter is the store's prefix
+    /// The store: a SQLite file path (or sqlite://PATH), a postgres:// URL
+    /// whose `schema` parameter names the store's schema
+    /// (postgres://HOST/DB?schema=shop_idempotent; the search_path's without
+    /// it), a redis:// URL whose `prefix` parameter is the store's prefix
     /// (redis://HOST/DB?prefix=shop:idempotent:; `idempotent:` without it),
     /// or a Redis Cluster by some of its nodes
     /// (redis+cluster://HOST:PORT,HOST:PORT?prefix=shop:idempotent:).

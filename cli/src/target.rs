@@ -14,8 +14,14 @@ use crate::error::CliError;
 pub enum Target {
     /// A SQLite file.
     Sqlite(PathBuf),
-    /// A Postgres URL.
-    Postgres(String),
+    /// A Postgres URL, without its `schema` parameter, and the schema the
+    /// store's tables are in, if the URL named one.
+    Postgres {
+        /// The server's URL.
+        url: String,
+        /// The schema the application's `PostgresStore` was built with.
+        schema: Option<String>,
+    },
     /// A Redis URL, without its `prefix` parameter, and the prefix of the
     /// store's keys.
     Redis {
@@ -47,7 +53,7 @@ impl Target {
             return Ok(Target::Sqlite(PathBuf::from(text)));
         };
         match scheme.to_ascii_lowercase().as_str() {
-            "postgres" | "postgresql" => Ok(Target::Postgres(text.to_owned())),
+            "postgres" | "postgresql" => Ok(postgres_target(text)),
             "sqlite" => Ok(Target::Sqlite(PathBuf::from(rest))),
             #[cfg(feature = "redis")]
             "redis" | "rediss" => redis::target(text),
@@ -67,7 +73,10 @@ impl Target {
     pub fn describe(&self) -> String {
         match self {
             Target::Sqlite(path) => path.display().to_string(),
-            Target::Postgres(url) => redact(url),
+            Target::Postgres { url, schema } => match schema {
+                Some(schema) => format!("{} (schema {schema})", redact(url)),
+                None => redact(url),
+            },
             Target::Redis { url, prefix } => {
                 let sep = if url.contains('?') { '&' } else { '?' };
                 format!("{}{sep}prefix={prefix}", redact(url))
@@ -87,7 +96,7 @@ impl Target {
     pub async fn open(&self) -> Result<Arc<dyn Records>, CliError> {
         let opened = match self {
             Target::Sqlite(path) => open_sqlite(path)?,
-            Target::Postgres(url) => postgres::open(url).await?,
+            Target::Postgres { url, schema } => postgres::open(url, schema.as_deref()).await?,
             Target::Redis { url, prefix } => redis::open(url, prefix).await?,
             Target::RedisCluster { nodes, prefix } => redis::open_cluster(nodes, prefix).await?,
         };
@@ -101,6 +110,31 @@ impl Target {
             },
         })
     }
+}
+
+/// A `postgres://` URL: its `schema` parameter taken out as the schema the
+/// store's tables are in, every other parameter left for the client.
+fn postgres_target(text: &str) -> Target {
+    let Some((base, query)) = text.split_once('?') else {
+        return Target::Postgres {
+            url: text.to_owned(),
+            schema: None,
+        };
+    };
+    let mut schema = None;
+    let mut rest = Vec::new();
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        match pair.split_once('=') {
+            Some(("schema", name)) => schema = Some(name.to_owned()),
+            _ => rest.push(pair),
+        }
+    }
+    let url = if rest.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    Target::Postgres { url, schema }
 }
 
 /// What opening a store gives: the store, or why not.
@@ -129,15 +163,13 @@ mod postgres {
     use std::time::Duration;
 
     use idempotent_tools::records::Records;
-    use idempotent_tools::store::StoreError;
     use idempotent_tools::store::postgres::PostgresStoreBuilder;
-    use idempotent_tools::store::postgres::deadpool_postgres::{Manager, Pool, Runtime};
-    use idempotent_tools::store::postgres::tokio_postgres::{Config, NoTls};
+    use idempotent_tools::store::postgres::tokio_postgres::Config;
 
     use super::{Opened, redact};
     use crate::error::CliError;
 
-    pub async fn open(url: &str) -> Result<Opened, CliError> {
+    pub async fn open(url: &str, schema: Option<&str>) -> Result<Opened, CliError> {
         let mut config: Config = url.parse().map_err(|e| CliError::BadUrl {
             url: redact(url),
             source: e,
@@ -145,23 +177,15 @@ mod postgres {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(5));
         }
-        // A pool of its own and no listener: the tool never waits on a claim.
-        let pool = Pool::builder(Manager::new(config, NoTls))
-            .max_size(2)
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(Duration::from_secs(10)))
-            .create_timeout(Some(Duration::from_secs(5)))
-            .build()
-            .map_err(|e| CliError::Open {
-                store: redact(url),
-                source: StoreError::Backend(Box::new(e)),
-            })?;
-        let store = PostgresStoreBuilder::from_pool(pool)
-            .connect_lazy()
-            .map_err(|source| CliError::Open {
-                store: redact(url),
-                source,
-            })?;
+        // No listener: the tool never waits on a claim.
+        let mut builder = PostgresStoreBuilder::from_config(config).without_listener();
+        if let Some(schema) = schema {
+            builder = builder.schema(schema);
+        }
+        let store = match builder.connect_lazy() {
+            Ok(store) => store,
+            Err(source) => return Ok(Err(source)),
+        };
         Ok(store
             .check_schema()
             .await
@@ -174,7 +198,7 @@ mod postgres {
     use super::Opened;
     use crate::error::CliError;
 
-    pub async fn open(_: &str) -> Result<Opened, CliError> {
+    pub async fn open(_: &str, _: Option<&str>) -> Result<Opened, CliError> {
         Err(CliError::NotBuilt {
             feature: "postgres",
         })
@@ -308,9 +332,26 @@ mod tests {
 
     #[test]
     fn urls_and_paths_name_their_store() {
+        let postgres = |url: &str, schema: Option<&str>| Target::Postgres {
+            url: url.into(),
+            schema: schema.map(Into::into),
+        };
         assert_eq!(
             Target::parse("postgres://app@db/app").expect("url"),
-            Target::Postgres("postgres://app@db/app".into())
+            postgres("postgres://app@db/app", None)
+        );
+        assert_eq!(
+            Target::parse("postgres://app@db/app?schema=shop_idempotent").expect("url"),
+            postgres("postgres://app@db/app", Some("shop_idempotent"))
+        );
+        assert_eq!(
+            Target::parse("postgresql://db/app?sslmode=disable&schema=s1&connect_timeout=3")
+                .expect("url"),
+            postgres(
+                "postgresql://db/app?sslmode=disable&connect_timeout=3",
+                Some("s1")
+            ),
+            "other parameters stay for the client"
         );
         assert_eq!(
             Target::parse("sqlite:///var/lib/claims.db").expect("sqlite url"),

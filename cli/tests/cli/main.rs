@@ -50,6 +50,7 @@ fn main() {
         postgres::a_postgres_schema_newer_than_the_tool_is_refused,
         postgres::a_key_that_does_not_exist_on_postgres_is_not_found,
         postgres::a_database_that_does_not_exist_fails_and_says_what_to_check,
+        postgres::the_urls_schema_parameter_names_the_stores_schema,
     ));
     trials.extend(trials!(redis::URL;
         redis::every_command_on_redis,

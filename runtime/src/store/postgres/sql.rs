@@ -418,6 +418,14 @@ pub(super) const COUNT: Statement = Statement {
 SELECT tool, state, count(*) AS n FROM idempotent_claims GROUP BY tool, state",
 };
 
+/// Creates the store's own schema, named by a plain identifier, quoted.
+pub(super) fn create_schema(name: &str) -> String {
+    format!(
+        "CREATE SCHEMA IF NOT EXISTS \"{}\"",
+        name.replace('"', "\"\"")
+    )
+}
+
 /// `LISTEN` on a channel, for the listening session.
 pub(super) fn listen(channel: &str) -> String {
     format!("LISTEN {channel}")

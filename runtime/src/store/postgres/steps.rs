@@ -35,6 +35,8 @@ pub struct Inner {
     pub(super) purge_batch: usize,
     pub(super) asynchronous_completions: bool,
     pub(super) reconnect_within: Duration,
+    /// The schema every connection's `search_path` names, if one was set.
+    pub(super) schema: Option<String>,
     /// The coalescers of claims and completions; `None` when every step
     /// goes alone.
     pub(super) batches: Option<Batches>,
