@@ -19,6 +19,7 @@ mod harness;
 mod redis_cluster;
 
 mod commands;
+mod docs;
 mod postgres;
 mod records;
 mod redis;
@@ -42,7 +43,9 @@ fn main() {
         redis::an_unreachable_redis_server_fails_and_says_what_to_check,
         redis::a_redis_url_it_cannot_read_is_bad_usage,
         redis::a_redis_password_never_reaches_a_message,
+        docs::every_invocation_the_docs_show_runs,
     );
+    trials.extend(trials!(plain; docs::a_synopsis_runs_bare_and_with_each_alternative));
     trials.extend(trials!(postgres::URL;
         postgres::every_command_on_postgres,
         postgres::stats_and_purge_on_postgres,
