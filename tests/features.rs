@@ -1,6 +1,7 @@
 //! Every feature a manifest declares is in the crate's documented list of
 //! features, and the list names no feature that does not exist: a new
-//! feature cannot go undocumented.
+//! feature cannot go undocumented. The command-line tool's features are its
+//! stores, each the crate's feature of the same name.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -72,9 +73,86 @@ fn every_feature_of_the_runtime_is_one_of_the_crate_and_turned_on_by_it() {
     }
 }
 
+/// The command-line tool's store features, each turning on the crate's
+/// feature of the same name, and all three on by default.
+const CLI_STORES: [&str; 3] = ["sqlite", "postgres", "redis"];
+
 #[test]
-fn the_published_crates_other_than_these_two_declare_no_feature() {
-    for manifest in ["macros/Cargo.toml", "testing/Cargo.toml", "cli/Cargo.toml"] {
+fn the_command_line_tool_has_a_feature_per_store_wired_to_the_crates() {
+    let cli: toml::Table = read("cli/Cargo.toml").parse().expect("a manifest");
+    let features = cli["features"].as_table().expect("the tool's features");
+    let crate_features = declared("Cargo.toml");
+    assert_eq!(
+        declared("cli/Cargo.toml"),
+        CLI_STORES.iter().map(|s| s.to_string()).collect(),
+        "one feature per store, and no other"
+    );
+    let default: BTreeSet<&str> = features["default"]
+        .as_array()
+        .expect("default")
+        .iter()
+        .filter_map(toml::Value::as_str)
+        .collect();
+    assert_eq!(default, CLI_STORES.into(), "every store by default");
+    for store in CLI_STORES {
+        let enables: Vec<&str> = features[store]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .filter_map(toml::Value::as_str)
+            .collect();
+        assert!(
+            enables.contains(&format!("idempotent-tools/{store}").as_str()),
+            "the tool's `{store}` must turn on the crate's"
+        );
+        assert!(crate_features.contains(store), "the crate has `{store}`");
+    }
+    let dependency = &cli["dependencies"]["idempotent-tools"];
+    assert!(
+        dependency.get("features").is_none(),
+        "the tool's dependency on the crate turns on no store of its own: {dependency}"
+    );
+}
+
+/// Every `cargo install` of the tool that the README and the guide show
+/// names only features the tool declares.
+#[test]
+fn every_install_of_the_tool_in_the_docs_names_its_features() {
+    let declared = declared("cli/Cargo.toml");
+    let mut docs = vec!["README.md".to_owned()];
+    let guide = Path::new(env!("CARGO_MANIFEST_DIR")).join("guide");
+    for entry in fs::read_dir(&guide).expect("the guide") {
+        let name = entry.expect("an entry").file_name();
+        docs.push(format!("guide/{}", name.to_string_lossy()));
+    }
+    let mut installs = 0;
+    for doc in docs {
+        for line in read(&doc).lines() {
+            let line = line.split('#').next().unwrap_or_default();
+            let Some(install) = line.trim().strip_prefix("cargo install ") else {
+                continue;
+            };
+            if !install.contains("idempotent-tools-cli") && !install.contains("--path cli") {
+                continue;
+            }
+            installs += 1;
+            let words: Vec<&str> = install.split_whitespace().collect();
+            for pair in words.windows(2).filter(|w| w[0] == "--features") {
+                for feature in pair[1].split(',') {
+                    assert!(
+                        declared.contains(feature),
+                        "{doc}: `{line}` names `{feature}`, which the tool does not declare"
+                    );
+                }
+            }
+        }
+    }
+    assert!(installs >= 2, "the docs show how to install the tool");
+}
+
+#[test]
+fn the_published_crates_other_than_these_declare_no_feature() {
+    for manifest in ["macros/Cargo.toml", "testing/Cargo.toml"] {
         assert_eq!(
             declared(manifest),
             BTreeSet::new(),

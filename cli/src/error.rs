@@ -1,8 +1,8 @@
 //! What can go wrong, the exit code each gives, and what to do next.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
+#[cfg(feature = "postgres")]
 use idempotent_tools::store::postgres::tokio_postgres;
 use idempotent_tools::{call::KeyError, store::StoreError};
 
@@ -43,9 +43,18 @@ pub enum CliError {
         scheme: String,
     },
     /// `--store` names a file that does not exist.
+    #[cfg(feature = "sqlite")]
     #[error("there is no SQLite file at `{}`", .0.display())]
-    NoFile(PathBuf),
+    NoFile(std::path::PathBuf),
+    /// `--store` names a store this build of the tool has no support for.
+    #[cfg(not(all(feature = "sqlite", feature = "postgres", feature = "redis")))]
+    #[error("this build of the tool has no `{feature}` store")]
+    NotBuilt {
+        /// The feature that builds it.
+        feature: &'static str,
+    },
     /// `--store` is not a URL Postgres reads.
+    #[cfg(feature = "postgres")]
     #[error("`{url}` is not a valid Postgres URL")]
     BadUrl {
         /// The URL, without its password.
@@ -55,6 +64,7 @@ pub enum CliError {
         source: tokio_postgres::Error,
     },
     /// `--store` is not a URL a Redis client reads.
+    #[cfg(feature = "redis")]
     #[error("`{url}` is not a valid Redis URL")]
     BadRedisUrl {
         /// The URL, without its password.
@@ -64,6 +74,7 @@ pub enum CliError {
         source: url::ParseError,
     },
     /// A `redis+cluster://` URL names no node.
+    #[cfg(feature = "redis")]
     #[error("the Redis Cluster URL names no node")]
     NoClusterNodes,
     /// The database holds none of this library's schema.
@@ -133,17 +144,25 @@ impl CliError {
         match self {
             CliError::NoStore
             | CliError::UnknownScheme { .. }
-            | CliError::NoFile(_)
-            | CliError::BadUrl { .. }
-            | CliError::BadRedisUrl { .. }
-            | CliError::NoClusterNodes
             | CliError::MissingSchema { .. }
             | CliError::AmbiguousDigest { .. }
             | CliError::BadDigest(_)
             | CliError::BadKey(_)
             | CliError::NoTerminal => Exit::Usage,
+            #[cfg(feature = "sqlite")]
+            CliError::NoFile(_) => Exit::Usage,
+            #[cfg(not(all(feature = "sqlite", feature = "postgres", feature = "redis")))]
+            CliError::NotBuilt { .. } => Exit::Usage,
+            #[cfg(feature = "postgres")]
+            CliError::BadUrl { .. } => Exit::Usage,
+            #[cfg(feature = "redis")]
+            CliError::BadRedisUrl { .. } | CliError::NoClusterNodes => Exit::Usage,
             CliError::NotFound(_) | CliError::DigestNotFound(_) => Exit::NotFound,
             CliError::LiveClaim { .. } | CliError::Declined(_) => Exit::Refused,
+            CliError::Open {
+                source: StoreError::BadSetting { .. },
+                ..
+            } => Exit::Usage,
             CliError::Open { .. } | CliError::Store { .. } | CliError::Output(_) => Exit::Failed,
         }
     }
@@ -158,16 +177,25 @@ impl CliError {
                  `--store redis://cache.internal/2?prefix=shop:idempotent:`"
                     .into()
             }
+            #[cfg(feature = "sqlite")]
             CliError::NoFile(_) => "check the path: it must be the file the application's \
                 `SqliteStore` opens; this tool never creates one"
                 .into(),
+            #[cfg(not(all(feature = "sqlite", feature = "postgres", feature = "redis")))]
+            CliError::NotBuilt { feature } => format!(
+                "install the tool with this store: `cargo install idempotent-tools-cli \
+                 --features {feature}` (each store is a feature, all on by default)"
+            ),
+            #[cfg(feature = "postgres")]
             CliError::BadUrl { .. } => {
                 "write it as postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE".into()
             }
+            #[cfg(feature = "redis")]
             CliError::BadRedisUrl { .. } => "write it as \
                 redis://[USER][:PASSWORD@]HOST[:PORT][/DB][?prefix=PREFIX], with the prefix the \
                 application's `RedisStore` was built with"
                 .into(),
+            #[cfg(feature = "redis")]
             CliError::NoClusterNodes => "write it as \
                 redis+cluster://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][?prefix=PREFIX], with \
                 one or more of the Cluster's nodes"
@@ -181,6 +209,12 @@ impl CliError {
                 ..
             } => "install the release of this tool that matches the application: \
                   `cargo install idempotent-tools-cli --version VERSION`"
+                .into(),
+            CliError::Open {
+                source: StoreError::BadSetting { .. },
+                ..
+            } => "give `?schema=` the schema the application's `PostgresStore` was built with \
+                  (`PostgresStoreBuilder::schema`)"
                 .into(),
             CliError::Open {
                 source: StoreError::CannotOpen { .. },

@@ -43,8 +43,9 @@ UnknownOutcome, and nothing is refunded twice.
 Exit codes:
   0  the command did what it was asked
   1  the store failed or could not be reached
-  2  bad usage, or a store that is wrong: unknown URL scheme, no such file,
-     a database without the idempotent-tools schema
+  2  bad usage, or a store that is wrong: unknown URL scheme (or one this
+     build has no feature for), no such file, a database without the
+     idempotent-tools schema
   3  no record under the key (or digest) given
   4  refused, nothing changed: a live claim without --force, or the
      confirmation declined";
@@ -53,8 +54,10 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "idempotent-tools", version, after_long_help = EXAMPLE)]
 struct Cli {
-    /// The store: a SQLite file path (or sqlite://PATH), a postgres:// URL, a
-    /// redis:// URL whose `prefix` parameter is the store's prefix
+    /// The store: a SQLite file path (or sqlite://PATH), a postgres:// URL
+    /// whose `schema` parameter names the store's schema
+    /// (postgres://HOST/DB?schema=shop_idempotent; the search_path's without
+    /// it), a redis:// URL whose `prefix` parameter is the store's prefix
     /// (redis://HOST/DB?prefix=shop:idempotent:; `idempotent:` without it),
     /// or a Redis Cluster by some of its nodes
     /// (redis+cluster://HOST:PORT,HOST:PORT?prefix=shop:idempotent:).
@@ -92,9 +95,14 @@ struct ListArgs {
     /// Only records of this tool, by its full id (such as shop::refund_order).
     #[arg(long)]
     tool: Option<String>,
-    /// Only records of this run: keys that begin with it.
+    /// Only records of this run: keys whose text up to the first `:` is
+    /// it (`--run run-7` never lists `run-70:...`).
     #[arg(long)]
     run: Option<String>,
+    /// Only records whose key begins with this text: a search by the start
+    /// of a key (`--key-prefix run-7` lists `run-7:...` and `run-70:...`).
+    #[arg(long, value_name = "TEXT")]
+    key_prefix: Option<String>,
     /// Only records that last changed longer ago than this (90s, 15m, 2h, 7d).
     #[arg(long, value_name = "AGE", value_parser = print::parse_age)]
     older_than: Option<Duration>,
@@ -248,6 +256,9 @@ async fn list(store: &dyn Records, args: ListArgs, out: &mut impl Write) -> Resu
     }
     if let Some(run) = args.run {
         query = query.run(run);
+    }
+    if let Some(prefix) = args.key_prefix {
+        query = query.key_prefix(prefix);
     }
     if let Some(age) = args.older_than {
         query = query.older_than(age);

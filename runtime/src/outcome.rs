@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 
 /// The note a replay carries when the tool sets none.
-pub const DEFAULT_REPLAY_NOTE: &str = "This action was already carried out earlier in this run; the result above is the original one. \
+pub const DEFAULT_REPLAY_NOTE: &str = "This action was already carried out for this request; the result above is the original one. \
      Nothing new was done, and nothing more is needed.";
 
 /// The note a conflict on arguments carries when the tool sets none.

@@ -12,8 +12,28 @@ tokio::task_local! {
 
 /// Why text is no run id.
 ///
-/// The crate's [`Error`](crate::Error) takes it with `From`, so `?` in a
-/// function returning that error, or an error that converts from it, works.
+/// The crate's [`Error`](crate::Error) takes it with `From`, so `?` works in
+/// a function returning that error. `?` converts once: a tool author's error
+/// that wraps [`Error`](crate::Error) takes `RunError` with a line of its own,
+/// so that `Run::new(id)?` works in the author's functions too.
+///
+/// ```
+/// use idempotent_tools::{Run, RunError};
+///
+/// #[derive(Debug, thiserror::Error)]
+/// enum ShopError {
+///     #[error(transparent)]
+///     Idempotency(#[from] idempotent_tools::Error),
+///     #[error(transparent)]
+///     Run(#[from] RunError),
+/// }
+///
+/// fn run_of(request_run: &str) -> Result<Run, ShopError> {
+///     Ok(Run::new(request_run)?)
+/// }
+///
+/// assert!(matches!(run_of(""), Err(ShopError::Run(RunError::Empty))));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RunError {

@@ -7,6 +7,7 @@ mod refund;
 
 mod conflicts;
 mod duplicates;
+mod handler;
 mod keys;
 mod options;
 mod release;

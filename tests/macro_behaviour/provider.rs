@@ -4,15 +4,17 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use idempotent_tools::Error;
+use idempotent_tools::{Error, RunError};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, Semaphore};
 
-/// The tools' error: the guard's, or the provider's decline.
+/// The tools' error: the guard's, a run id's, or the provider's decline.
 #[derive(Debug, thiserror::Error)]
 pub enum PayError {
     #[error(transparent)]
     Idempotency(#[from] Error),
+    #[error(transparent)]
+    Run(#[from] RunError),
     #[error("the provider declined")]
     Declined,
 }

@@ -28,6 +28,7 @@ pub mod transactions;
 pub fn trials() -> Vec<Trial> {
     let mut trials = crate::trials!(plain;
         schema::the_schema_a_dba_applies_by_hand_is_the_one_migrate_applies,
+        schema::a_schema_name_that_is_not_a_plain_identifier_is_refused,
     );
     trials.extend(crate::trials!(URL;
         round_trips::a_claim_a_completion_a_replay_and_a_wait_take_one_round_trip_each,
@@ -47,6 +48,8 @@ pub fn trials() -> Vec<Trial> {
         schema::a_version_1_schema_is_upgraded_in_place_and_keeps_its_records,
         schema::a_schema_newer_than_the_code_is_refused_and_left_unchanged,
         schema::a_schema_missing_is_not_created_by_check_schema,
+        schema::two_stores_in_two_schemas_of_one_database_never_see_each_others_records,
+        schema::a_store_keeps_working_without_a_schema_and_after_moving_into_one,
         errors::a_server_error_names_the_statement_its_sqlstate_and_the_servers_message,
         errors::a_lock_held_past_lock_timeout_delays_a_claim_and_a_replay_instead_of_failing_them,
         errors::a_lock_held_past_the_calls_wait_is_contended_and_nothing_runs,

@@ -1,13 +1,18 @@
 //! The schema: a missing one says to migrate, version 1 is upgraded in
 //! place, a newer one is refused, `check_schema` creates nothing, several
 //! processes migrate at once, and the SQL a DBA applies by hand is the one
-//! `migrate` applies.
+//! `migrate` applies. A store's own schema (`PostgresStoreBuilder::schema`):
+//! two stores in two schemas of one database never see each other's
+//! records, a store without the setting keeps working and moves into one as
+//! documented, and a name that is not a plain identifier is refused.
 
 use std::sync::Arc;
 
-use idempotent_tools::store::postgres::PostgresStoreBuilder;
+use idempotent_tools::store::postgres::deadpool_postgres::{Manager, Pool};
+use idempotent_tools::store::postgres::{PostgresStoreBuilder, tokio_postgres};
 use idempotent_tools::{
-    Error,
+    Error, PostgresStore,
+    records::{RecordQuery, RecordState, Records},
     store::{Store, StoreError},
 };
 use idempotent_tools_testing::conformance::kit::{
@@ -190,4 +195,190 @@ pub(super) fn the_schema_a_dba_applies_by_hand_is_the_one_migrate_applies() {
     assert!(schema.contains("CREATE TABLE IF NOT EXISTS idempotent_claims"));
     assert!(schema.contains("key_digest  bytea"));
     assert!(schema.contains("result      text"));
+}
+
+/// Whether `name` is a schema of the database, and how many tables it has.
+async fn tables_in(url: &str, name: &str) -> Option<i64> {
+    let client = admin(url).await;
+    let exists: bool = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+            &[&name],
+        )
+        .await
+        .expect("schemas")
+        .get(0);
+    if !exists {
+        return None;
+    }
+    let tables: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = $1",
+            &[&name],
+        )
+        .await
+        .expect("tables")
+        .get(0);
+    Some(tables)
+}
+
+pub(super) async fn two_stores_in_two_schemas_of_one_database_never_see_each_others_records() {
+    let Some(url) = crate::url() else {
+        return;
+    };
+    // Neither schema exists yet: the stores create them (and drop them
+    // afterwards).
+    let schemas = [crate::unique_schema(), crate::unique_schema()].map(|name| Schema {
+        url: url.clone(),
+        name,
+    });
+    let mut stores = Vec::new();
+    for schema in &schemas {
+        assert_eq!(tables_in(&url, &schema.name).await, None);
+        let store = PostgresStore::builder(&url)
+            .schema(schema.name.as_str())
+            .connect()
+            .await
+            .expect("a store");
+        store.migrate().await.expect("migrate creates the schema");
+        assert_eq!(
+            tables_in(&url, &schema.name).await,
+            Some(2),
+            "{}",
+            schema.name
+        );
+        stores.push(Arc::new(store));
+    }
+
+    // The same key in both: each store's first call is fresh, each
+    // repeat a replay of its own store's result.
+    let run = fresh_run();
+    let providers = [Provider::default(), Provider::default()];
+    for (store, provider) in stores.iter().zip(&providers) {
+        let store: Arc<dyn Store> = store.clone();
+        let first = refund_call(&store, &run, "1182", 42)
+            .run(refunds(provider, 42))
+            .await;
+        assert!(
+            first.expect("fresh").is_fresh(),
+            "the other schema's record is not seen"
+        );
+        let again = refund_call(&store, &run, "1182", 42)
+            .run(refunds(provider, 42))
+            .await;
+        assert!(again.expect("replay").is_replay());
+    }
+    assert_eq!(providers.each_ref().map(Provider::refunds), [1, 1]);
+
+    for store in &stores {
+        let listed = store
+            .list(&RecordQuery::new().run(run.as_str()))
+            .await
+            .expect("list");
+        assert_eq!(listed.records.len(), 1, "one record in each schema");
+        assert_eq!(listed.records[0].state, RecordState::Done);
+        assert_eq!(store.count().await.expect("count").len(), 1);
+    }
+}
+
+pub(super) async fn a_store_keeps_working_without_a_schema_and_after_moving_into_one() {
+    let Some(old) = Schema::new().await else {
+        return;
+    };
+    // The store as it was before the setting: its tables where the
+    // connection's search_path puts them (here a schema standing in for
+    // `public`).
+    let run = fresh_run();
+    let provider = Provider::default();
+    let before: Arc<dyn Store> = Arc::new(old.store().await);
+    let first = refund_call(&before, &run, "1182", 42)
+        .run(refunds(&provider, 42))
+        .await;
+    assert!(first.expect("fresh").is_fresh());
+    drop(before);
+
+    // The move the builder's documentation gives.
+    let new = Schema {
+        url: old.url.clone(),
+        name: crate::unique_schema(),
+    };
+    admin(&old.url)
+        .await
+        .batch_execute(&format!(
+            "CREATE SCHEMA {new};
+             ALTER TABLE {old}.idempotent_claims SET SCHEMA {new};
+             ALTER TABLE {old}.idempotent_schema SET SCHEMA {new};",
+            new = new.name,
+            old = old.name
+        ))
+        .await
+        .expect("move the tables");
+    let moved = PostgresStore::builder(&old.url)
+        .schema(new.name.as_str())
+        .connect_lazy()
+        .expect("a store");
+    moved
+        .check_schema()
+        .await
+        .expect("the moved schema is current");
+    assert_eq!(
+        moved.schema_version().await.expect("version"),
+        idempotent_tools::store::SCHEMA_VERSION
+    );
+    let moved: Arc<dyn Store> = Arc::new(moved);
+    let again = refund_call(&moved, &run, "1182", 42)
+        .run(refunds(&provider, 42))
+        .await;
+    assert!(
+        again.expect("replay").is_replay(),
+        "the record moved with its table"
+    );
+    assert_eq!(provider.refunds(), 1);
+    assert_eq!(tables_in(&old.url, &old.name).await, Some(0));
+}
+
+pub(super) fn a_schema_name_that_is_not_a_plain_identifier_is_refused() {
+    let url = "postgres://app@db.internal/app";
+    for name in [
+        "",
+        "Shop",
+        "shop-idempotent",
+        "1shop",
+        "shop; DROP TABLE idempotent_claims; --",
+        "shop\" CASCADE",
+        "pg_shop",
+        "é",
+        "s".repeat(64).as_str(),
+    ] {
+        let refused = PostgresStore::builder(url).schema(name).connect_lazy();
+        assert!(
+            matches!(
+                &refused,
+                Err(StoreError::BadSetting {
+                    setting: "schema",
+                    ..
+                })
+            ),
+            "`{name}`: {refused:?}"
+        );
+    }
+    for name in ["shop_idempotent", "_s", "s1", "s".repeat(63).as_str()] {
+        PostgresStore::builder(url)
+            .schema(name)
+            .connect_lazy()
+            .unwrap_or_else(|e| panic!("`{name}` is a plain identifier: {e}"));
+    }
+    // A store on the application's pool cannot set its connections'
+    // search_path, and says so.
+    let config: tokio_postgres::Config = url.parse().expect("a URL");
+    let pool = Pool::builder(Manager::new(config, tokio_postgres::NoTls))
+        .build()
+        .expect("a pool");
+    let refused = PostgresStoreBuilder::from_pool(pool)
+        .schema("shop_idempotent")
+        .connect_lazy();
+    let Err(StoreError::BadSetting { problem, .. }) = refused else {
+        panic!("expected the setting refused, got {refused:?}");
+    };
+    assert!(problem.contains("search_path"), "{problem}");
 }

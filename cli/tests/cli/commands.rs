@@ -47,6 +47,34 @@ pub async fn every_command(store: &dyn Store, target: &str) {
     assert_eq!(unknown["result"], Value::Null);
     assert_eq!(unknown["state"], "unknown");
 
+    // A run whose id begins with this one's is another run; a key prefix
+    // finds both.
+    let longer = format!("{run}0");
+    finish(
+        store,
+        &key(&longer, "g-other-run"),
+        &REFUND,
+        RecordState::Done,
+        SystemTime::now(),
+    )
+    .await;
+    assert_eq!(keys(&list(&[])).len(), 6, "`--run {run}` listed `{longer}`");
+    let by_prefix = cli(target, &["list", "--json", "--key-prefix", &run])
+        .expect(0)
+        .json();
+    assert_eq!(
+        keys(&by_prefix),
+        [
+            "g-other-run",
+            "a-held",
+            "b-crashed",
+            "c-done",
+            "d-unknown",
+            "e-error",
+            "f-old"
+        ]
+    );
+
     // Paging: a page of two, then the rest after it, or every page at once.
     let first = list(&["--limit", "2"]);
     assert_eq!(keys(&first), ["a-held", "b-crashed"]);

@@ -19,6 +19,7 @@ mod harness;
 mod redis_cluster;
 
 mod commands;
+mod docs;
 mod postgres;
 mod records;
 mod redis;
@@ -42,7 +43,9 @@ fn main() {
         redis::an_unreachable_redis_server_fails_and_says_what_to_check,
         redis::a_redis_url_it_cannot_read_is_bad_usage,
         redis::a_redis_password_never_reaches_a_message,
+        docs::every_invocation_the_docs_show_runs,
     );
+    trials.extend(trials!(plain; docs::a_synopsis_runs_bare_and_with_each_alternative));
     trials.extend(trials!(postgres::URL;
         postgres::every_command_on_postgres,
         postgres::stats_and_purge_on_postgres,
@@ -50,6 +53,7 @@ fn main() {
         postgres::a_postgres_schema_newer_than_the_tool_is_refused,
         postgres::a_key_that_does_not_exist_on_postgres_is_not_found,
         postgres::a_database_that_does_not_exist_fails_and_says_what_to_check,
+        postgres::the_urls_schema_parameter_names_the_stores_schema,
     ));
     trials.extend(trials!(redis::URL;
         redis::every_command_on_redis,

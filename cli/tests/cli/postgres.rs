@@ -5,7 +5,7 @@ use idempotent_tools::PostgresStore;
 use idempotent_tools::store::postgres::tokio_postgres::{self, NoTls};
 
 use crate::commands::{every_command, stats_and_purge};
-use crate::records::fresh_run;
+use crate::records::{fresh_run, keys, one_of_each};
 use crate::run::cli;
 
 /// Where the Postgres cases find their server.
@@ -179,4 +179,54 @@ pub async fn an_unreachable_server_fails_and_says_what_to_check() {
 pub async fn a_password_in_the_url_never_reaches_a_message() {
     let out = cli("postgres://app:s3cret@127.0.0.1:1/test", &["list"]).expect(1);
     assert!(!out.stderr.contains("s3cret"), "{}", out.stderr);
+}
+
+pub async fn the_urls_schema_parameter_names_the_stores_schema() {
+    let schema = Schema::new().await;
+    let store = PostgresStore::builder(&schema.url)
+        .schema(schema.name.as_str())
+        .connect_lazy()
+        .expect("a store");
+    store.migrate().await.expect("migrate");
+    let run = one_of_each(&store).await;
+    let sep = if schema.url.contains('?') { '&' } else { '?' };
+    let in_schema = |name: &str| format!("{}{sep}schema={name}", schema.url);
+
+    let listed = cli(&in_schema(&schema.name), &["list", "--json", "--run", &run])
+        .expect(0)
+        .json();
+    assert_eq!(keys(&listed).len(), 6, "{listed}");
+
+    // A name that is not a plain identifier is bad usage, and says why.
+    let out = cli(&in_schema("Shop%22"), &["list"]).expect(2);
+    assert!(
+        out.stderr.contains("`schema` setting is refused"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("help: give `?schema=`"),
+        "{}",
+        out.stderr
+    );
+
+    // A schema that is not there is a store without the schema, and the
+    // tool creates nothing.
+    let missing = format!("{}_missing", schema.name);
+    let out = cli(&in_schema(&missing), &["list"]).expect(2);
+    assert!(
+        out.stderr.contains("holds no idempotent-tools schema"),
+        "{}",
+        out.stderr
+    );
+    let created: bool = admin(&schema.url)
+        .await
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+            &[&missing],
+        )
+        .await
+        .expect("schemas")
+        .get(0);
+    assert!(!created, "the tool created the schema `{missing}`");
 }

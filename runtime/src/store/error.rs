@@ -108,6 +108,15 @@ pub enum StoreError {
         /// The newest version this build knows.
         supported: u32,
     },
+    /// A store was built with a setting it refuses, such as a Postgres
+    /// schema name that is not a plain identifier; nothing was connected.
+    #[error("the store's `{setting}` setting is refused: {problem}")]
+    BadSetting {
+        /// The builder's setting.
+        setting: &'static str,
+        /// What is wrong with it, and what is accepted.
+        problem: String,
+    },
     /// A store's [`Records`](super::Records) cannot do this operation (a
     /// store written outside this library that lists but cannot count, say).
     #[error("this store does not support `{0}`")]

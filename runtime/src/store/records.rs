@@ -185,9 +185,14 @@ pub struct RecordQuery {
     pub state: Option<RecordState>,
     /// Only records of this tool (its full id, such as `shop::refund_order`).
     pub tool: Option<String>,
-    /// Only records of this run: keys whose text begins with the run's id,
-    /// as keys written from a template that starts with `<run>` do.
+    /// Only records of this run: keys whose run, the text up to the first
+    /// `:` (the whole text if there is none), is this, as keys written from a
+    /// template that starts with `<run>:` name their run. `run-7` matches
+    /// `run-7:refund:1182`, never `run-70:refund:1182`.
     pub run: Option<String>,
+    /// Only records whose key's text begins with this: a search by the
+    /// start of a key (`run-7` matches `run-7:...` and `run-70:...` alike).
+    pub key_prefix: Option<String>,
     /// Only records that last changed longer ago than this: finished that
     /// long ago, or held by a claim whose lease ran out that long ago (a
     /// claim whose lease is live never matches).
@@ -212,6 +217,7 @@ impl RecordQuery {
             state: None,
             tool: None,
             run: None,
+            key_prefix: None,
             older_than: None,
             after: None,
             limit: DEFAULT_PAGE,
@@ -230,9 +236,15 @@ impl RecordQuery {
         self
     }
 
-    /// Only records whose key begins with `run`.
+    /// Only records of `run`: keys whose text up to the first `:` is `run`.
     pub fn run(mut self, run: impl Into<String>) -> RecordQuery {
         self.run = Some(run.into());
+        self
+    }
+
+    /// Only records whose key's text begins with `prefix`.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> RecordQuery {
+        self.key_prefix = Some(prefix.into());
         self
     }
 
@@ -272,10 +284,14 @@ impl RecordQuery {
         {
             return false;
         }
+        let key = record.key.as_str();
+        if self.run.as_deref().is_some_and(|run| run_of(key) != run) {
+            return false;
+        }
         if self
-            .run
+            .key_prefix
             .as_deref()
-            .is_some_and(|run| !record.key.as_str().starts_with(run))
+            .is_some_and(|prefix| !key.starts_with(prefix))
         {
             return false;
         }
@@ -292,6 +308,11 @@ impl RecordQuery {
         }
         true
     }
+}
+
+/// A key's run: its text up to the first `:`, or all of it without one.
+fn run_of(key: &str) -> &str {
+    key.split_once(':').map_or(key, |(run, _)| run)
 }
 
 /// One page of records.

@@ -24,6 +24,11 @@ use idempotent_tools::{
 pub(super) fn cases() -> Vec<Case> {
     vec![
         case!(records_are_listed_by_state_tool_and_run, [], records),
+        case!(
+            a_run_matches_its_keys_exactly_and_a_prefix_by_their_start,
+            [],
+            records
+        ),
         case!(a_listing_pages_through_every_record_once, [], records),
         case!(
             an_age_filter_keeps_only_records_that_changed_long_enough_ago,
@@ -150,6 +155,54 @@ async fn records_are_listed_by_state_tool_and_run(records: Arc<dyn Records>) {
     let cancels = offered(records.list(&mine.clone().tool(CANCEL.as_str())).await);
     assert_eq!(keys(&cancels), [refund_key(&run, "d-error").as_str()]);
     assert_eq!(cancels.records[0].tool, CANCEL);
+}
+
+async fn a_run_matches_its_keys_exactly_and_a_prefix_by_their_start(records: Arc<dyn Records>) {
+    let store: Arc<dyn Store> = records.clone();
+    // `run-..-p7` and `run-..-p70`: one run's id begins the other's.
+    let base = format!("{}-p7", fresh_run().as_str());
+    let seven = Run::new(base.as_str()).expect("a run id");
+    let seventy = Run::new(format!("{base}0")).expect("a run id");
+    let alone = Key::builder()
+        .part("run", &seven)
+        .and_then(|b| b.finish())
+        .expect("a key that is its run alone");
+    for key in [
+        refund_key(&seven, "1182"),
+        refund_key(&seventy, "1182"),
+        alone.clone(),
+    ] {
+        finish(&*store, &key, &REFUND, RecordState::Done, "1").await;
+    }
+
+    let run = offered(records.list(&RecordQuery::new().run(seven.as_str())).await);
+    assert_eq!(
+        keys(&run),
+        [alone.as_str(), refund_key(&seven, "1182").as_str()],
+        "the run `{base}` never lists the run `{base}0`"
+    );
+    let run = offered(
+        records
+            .list(&RecordQuery::new().run(seventy.as_str()))
+            .await,
+    );
+    assert_eq!(keys(&run), [refund_key(&seventy, "1182").as_str()]);
+
+    let prefix = offered(records.list(&RecordQuery::new().key_prefix(&base)).await);
+    assert_eq!(
+        keys(&prefix),
+        [
+            alone.as_str(),
+            refund_key(&seventy, "1182").as_str(),
+            refund_key(&seven, "1182").as_str(),
+        ],
+        "a key prefix matches every key that begins with it, in the order of the keys' text"
+    );
+    let both = RecordQuery::new()
+        .run(seven.as_str())
+        .key_prefix(format!("{base}:refund:"));
+    let both = offered(records.list(&both).await);
+    assert_eq!(keys(&both), [refund_key(&seven, "1182").as_str()]);
 }
 
 async fn a_listing_pages_through_every_record_once(records: Arc<dyn Records>) {

@@ -60,6 +60,7 @@ pub struct PostgresStoreBuilder {
     asynchronous_completions: bool,
     reconnect_within: Duration,
     coalesce: Option<Coalesce>,
+    schema: Option<String>,
 }
 
 /// How claims and completions are coalesced.
@@ -114,7 +115,56 @@ impl PostgresStoreBuilder {
                 batch: DEFAULT_COALESCE_BATCH,
                 in_flight: None,
             }),
+            schema: None,
         }
+    }
+
+    /// Keeps the store's tables in a schema of their own, such as
+    /// `shop_idempotent`, apart from the application's tables in the same
+    /// database. Every connection of the store's pool then has that schema,
+    /// and only it, as its `search_path` (this overrides a `search_path` in
+    /// the URL's `options`); [`migrate`](PostgresStore::migrate) creates the
+    /// schema if it is missing. Two stores in two schemas of one database
+    /// never see each other's records.
+    ///
+    /// The name must be a plain identifier: a lowercase ASCII letter or `_`,
+    /// then lowercase letters, digits or `_`, at most 63 bytes, not
+    /// beginning with `pg_`. Anything else fails the build with
+    /// [`StoreError::BadSetting`]. A store on the application's pool
+    /// ([`from_pool`](PostgresStoreBuilder::from_pool)) cannot set its
+    /// connections' `search_path`, and refuses this setting too: give the
+    /// pool's `Config` the options `-c search_path=NAME` instead.
+    ///
+    /// Without it, the tables are where the connection's `search_path`
+    /// finds them, `public` by default, as before this setting existed: an
+    /// existing store keeps working unchanged. To move one into a schema,
+    /// stop its writers, then, as its owner:
+    ///
+    /// ```sql
+    /// CREATE SCHEMA shop_idempotent;
+    /// ALTER TABLE public.idempotent_claims SET SCHEMA shop_idempotent;
+    /// ALTER TABLE public.idempotent_schema SET SCHEMA shop_idempotent;
+    /// ```
+    ///
+    /// and start them again built with `.schema("shop_idempotent")` (the
+    /// indexes move with their tables). Completions are notified on one
+    /// channel per database ([`NOTIFY_CHANNEL`](super::NOTIFY_CHANNEL)), so
+    /// a waiter may be woken by another schema's completion of a key with
+    /// the same digest: it looks at its own record again and waits on.
+    ///
+    /// ```no_run
+    /// # use idempotent_tools::PostgresStore;
+    /// # async fn demo() -> Result<(), idempotent_tools::store::StoreError> {
+    /// let store = PostgresStore::builder("postgres://app@db.internal/app")
+    ///     .schema("shop_idempotent")
+    ///     .connect()
+    ///     .await?;
+    /// store.migrate().await?; // creates the schema and its tables
+    /// # Ok(()) }
+    /// ```
+    pub fn schema(mut self, name: impl Into<String>) -> PostgresStoreBuilder {
+        self.schema = Some(name.into());
+        self
     }
 
     /// Wakes waiters through `LISTEN` on one extra connection made from
@@ -251,9 +301,10 @@ impl PostgresStoreBuilder {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Unavailable`] if the server cannot be reached, and
+    /// [`StoreError::Unavailable`] if the server cannot be reached,
     /// [`StoreError::Backend`] if the URL does not parse or the server
-    /// refuses the connection.
+    /// refuses the connection, and [`StoreError::BadSetting`] for a
+    /// [`schema`](PostgresStoreBuilder::schema) it refuses.
     pub async fn connect(self) -> StoreResult<PostgresStore> {
         let store = self.connect_lazy()?;
         let client = store.inner.pool.get().await.map_err(pool_error)?;
@@ -270,16 +321,30 @@ impl PostgresStoreBuilder {
     /// # Errors
     ///
     /// [`StoreError::Backend`] if the URL does not parse or the pool cannot
-    /// be built.
+    /// be built, and [`StoreError::BadSetting`] for a
+    /// [`schema`](PostgresStoreBuilder::schema) it refuses.
     pub fn connect_lazy(self) -> StoreResult<PostgresStore> {
+        if let Some(name) = &self.schema {
+            check_schema_name(name)?;
+        }
+        let schema = self.schema.as_deref();
         let (pool, config) = match self.source {
             Source::Url(url) => {
                 let config: Config = url
                     .parse()
                     .map_err(|e: tokio_postgres::Error| StoreError::Backend(Box::new(e)))?;
-                own_pool(config)?
+                own_pool(config, schema)?
             }
-            Source::Config(config) => own_pool(*config)?,
+            Source::Config(config) => own_pool(*config, schema)?,
+            Source::Pool(_) if schema.is_some() => {
+                return Err(StoreError::BadSetting {
+                    setting: "schema",
+                    problem: "a store on the application's pool cannot set its connections' \
+                              search_path; give the pool's Config the options \
+                              `-c search_path=NAME` instead"
+                        .into(),
+                });
+            }
             Source::Pool(pool) => (pool, None),
         };
         let session = match self.listen {
@@ -304,6 +369,7 @@ impl PostgresStoreBuilder {
                 purge_batch: self.purge_batch,
                 asynchronous_completions: self.asynchronous_completions,
                 reconnect_within: self.reconnect_within,
+                schema: self.schema,
                 batches,
                 me: me.clone(),
             }),
@@ -329,6 +395,7 @@ impl fmt::Debug for PostgresStoreBuilder {
             .field("purge_batch", &self.purge_batch)
             .field("asynchronous_completions", &self.asynchronous_completions)
             .field("coalesce", &self.coalesce)
+            .field("schema", &self.schema)
             .finish()
     }
 }
@@ -340,8 +407,53 @@ fn with_timeouts(mut config: Config) -> Config {
     config
 }
 
-/// A pool of the store's own, and the config its listener connects with.
-fn own_pool(config: Config) -> StoreResult<(Pool, Option<Config>)> {
+/// Refuses a schema name that is not a plain identifier, so that it is the
+/// same name quoted or not and needs no escaping in a connection's options.
+fn check_schema_name(name: &str) -> StoreResult<()> {
+    let refuse = |why: &str| {
+        Err(StoreError::BadSetting {
+            setting: "schema",
+            problem: format!(
+                "`{}` {why}; a schema name is a lowercase ASCII letter or `_`, then lowercase \
+                 letters, digits or `_`, at most 63 bytes, not beginning with `pg_`",
+                name.escape_debug()
+            ),
+        })
+    };
+    let mut chars = name.chars();
+    match chars.next() {
+        None => return refuse("is empty"),
+        Some(c) if !(c.is_ascii_lowercase() || c == '_') => {
+            return refuse("does not begin with a lowercase letter or `_`");
+        }
+        Some(_) => {}
+    }
+    if !chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
+        return refuse("is not a plain identifier");
+    }
+    if name.len() > 63 {
+        return refuse("is longer than Postgres keeps a name");
+    }
+    if name.starts_with("pg_") {
+        return refuse("begins with `pg_`, which Postgres keeps for its own schemas");
+    }
+    Ok(())
+}
+
+/// A pool of the store's own, each connection's `search_path` the schema if
+/// one was set, and the config its listener connects with.
+fn own_pool(mut config: Config, schema: Option<&str>) -> StoreResult<(Pool, Option<Config>)> {
+    if let Some(schema) = schema {
+        // A plain identifier (checked): no quoting or escaping needed. A
+        // later `-c` wins over one the URL gave.
+        let options = match config.get_options() {
+            Some(given) if !given.trim().is_empty() => {
+                format!("{given} -c search_path={schema}")
+            }
+            _ => format!("-c search_path={schema}"),
+        };
+        config.options(&options);
+    }
     let config = with_timeouts(config);
     let pool = Pool::builder(Manager::new(config.clone(), NoTls))
         .max_size(16)

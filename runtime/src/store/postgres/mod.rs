@@ -214,6 +214,8 @@ pub struct Inner {
     purge_batch: usize,
     asynchronous_completions: bool,
     reconnect_within: Duration,
+    /// The schema every connection's `search_path` names, if one was set.
+    schema: Option<String>,
     /// The coalescers of claims and completions; `None` when every step
     /// goes alone.
     batches: Option<Batches>,

@@ -72,6 +72,13 @@ impl PostgresStore {
         tx.batch_execute(sql::MIGRATE_LOCK.sql)
             .await
             .map_err(failed)?;
+        if let (true, Some(name)) = (create, &self.inner.schema) {
+            // The builder checked the name is a plain identifier; quoted
+            // all the same.
+            tx.batch_execute(&sql::create_schema(name))
+                .await
+                .map_err(pg_error("create schema"))?;
+        }
         let found = version_of(&tx).await?;
         for script in schema::upgrades(&MIGRATIONS, found, create)? {
             tx.batch_execute(script).await.map_err(failed)?;

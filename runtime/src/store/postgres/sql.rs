@@ -392,7 +392,8 @@ SELECT key_text, tool, state, owner, fence, taken_over, lease_until, result,
 FROM idempotent_claims
 WHERE ($1::text IS NULL OR state = $1::text)
   AND ($2::text IS NULL OR tool = $2::text)
-  AND ($3::text IS NULL OR left(key_text, length($3::text)) = $3::text)
+  AND ($3::text IS NULL OR split_part(key_text, ':', 1) = $3::text)
+  AND ($7::text IS NULL OR left(key_text, length($7::text)) = $7::text)
   AND ($4::bigint IS NULL
        OR COALESCE(completed_at, lease_until) < now() - $4::bigint * interval '1 millisecond')
   AND ($5::text IS NULL OR key_text COLLATE \"C\" > $5::text)
@@ -416,6 +417,14 @@ pub(super) const COUNT: Statement = Statement {
     sql: "\
 SELECT tool, state, count(*) AS n FROM idempotent_claims GROUP BY tool, state",
 };
+
+/// Creates the store's own schema, named by a plain identifier, quoted.
+pub(super) fn create_schema(name: &str) -> String {
+    format!(
+        "CREATE SCHEMA IF NOT EXISTS \"{}\"",
+        name.replace('"', "\"\"")
+    )
+}
 
 /// `LISTEN` on a channel, for the listening session.
 pub(super) fn listen(channel: &str) -> String {

@@ -200,8 +200,15 @@ impl Backend for Inner {
     async fn list<'a>(&'a self, query: &'a RecordQuery, limit: i64) -> StoreResult<Vec<Record>> {
         let state = query.state.map(RecordState::as_str);
         let age = query.older_than.map(encode::millis);
-        let params: [&(dyn ToSql + Sync); 6] =
-            [&state, &query.tool, &query.run, &age, &query.after, &limit];
+        let params: [&(dyn ToSql + Sync); 7] = [
+            &state,
+            &query.tool,
+            &query.run,
+            &age,
+            &query.after,
+            &limit,
+            &query.key_prefix,
+        ];
         let rows = self.query(sql::LIST, &params).await?;
         rows.iter().map(read_record).collect()
     }

@@ -267,6 +267,7 @@ impl Backend for Inner {
         let state = query.state.map(RecordState::as_str);
         let tool = query.tool.clone();
         let run = query.run.clone();
+        let prefix = query.key_prefix.clone();
         let before = query
             .older_than
             .map(|age| now_millis().saturating_sub(encode::millis(age)));
@@ -274,7 +275,10 @@ impl Backend for Inner {
         let raw = self
             .run(move |conn| {
                 conn.prepare_cached(sql::LIST)?
-                    .query_map(params![state, tool, run, before, after, limit], read_record)?
+                    .query_map(
+                        params![state, tool, run, before, after, limit, prefix],
+                        read_record,
+                    )?
                     .collect::<rusqlite::Result<Vec<RawRecord>>>()
             })
             .await?;

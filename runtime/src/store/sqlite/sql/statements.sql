@@ -74,7 +74,8 @@ SELECT key_text, tool, state, owner, fence, taken_over, lease_until, result,
 FROM idempotent_claims
 WHERE (?1 IS NULL OR state = ?1)
   AND (?2 IS NULL OR tool = ?2)
-  AND (?3 IS NULL OR substr(key_text, 1, length(?3)) = ?3)
+  AND (?3 IS NULL OR substr(key_text, 1, instr(key_text || ':', ':') - 1) = ?3)
+  AND (?7 IS NULL OR substr(key_text, 1, length(?7)) = ?7)
   AND (?4 IS NULL OR COALESCE(completed_at, lease_until) < ?4)
   AND (?5 IS NULL OR key_text > ?5)
 ORDER BY key_text
