@@ -1,16 +1,18 @@
 //! The Redis store on a Redis Cluster the test starts itself (three
 //! primaries, three replicas; see [`redis_cluster`]): the whole conformance
-//! suite, a failover of a primary under load, and the wake-up listener
-//! moving to another node when its node dies.
+//! suite, a failover of a primary under load, the wake-up listener
+//! moving to another node when its node dies, and a holder cut off from the
+//! Cluster mid-action (`redis_cluster::partition`).
 //!
 //! The suite runs on one cluster, started before the trials and named to
 //! the suite's child processes by `IDEMPOTENT_REDIS_CLUSTER_NODES`. The
-//! failover and the killed node run on a second cluster of their own, one
-//! after the other, so that the suite's timings never share a failover.
+//! failover, the killed node and the partitions run on a second cluster of
+//! their own, one after the other, so that the suite's timings never share a failover.
 //! Without `redis-server` and `redis-cli` on the PATH every case is
 //! reported as ignored, except in CI, where it fails.
 
 mod harness;
+mod partition;
 mod redis_cluster;
 
 use std::collections::HashMap;
@@ -515,6 +517,8 @@ fn main() {
     trials.extend(trials!(NODES;
         the_listener_moves_to_another_node_when_its_node_dies,
         a_failover_under_load_does_nothing_twice_and_loses_no_call,
+        redis_cluster::partition::a_holder_cut_off_mid_action_loses_its_claim_and_the_provider_refunds_once,
+        redis_cluster::partition::a_holder_cut_off_mid_action_leaves_the_outcome_unknown_under_report_unknown,
     ));
     let conclusion = libtest_mimic::run(&args, trials);
     drop(cluster);
