@@ -13,6 +13,7 @@
 
 mod coalesced;
 mod harness;
+mod partition;
 mod postgres_cases;
 
 use idempotent_tools::PostgresStore;

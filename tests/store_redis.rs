@@ -13,6 +13,7 @@
 
 mod coalesced;
 mod harness;
+mod partition;
 mod redis_cases;
 
 use idempotent_tools::RedisStore;

@@ -1,16 +1,18 @@
 //! The Redis store on a Redis Cluster the test starts itself (three
 //! primaries, three replicas; see [`redis_cluster`]): the whole conformance
-//! suite, a failover of a primary under load, and the wake-up listener
-//! moving to another node when its node dies.
+//! suite, a failover of a primary under load, the wake-up listener
+//! moving to another node when its node dies, and a holder cut off from the
+//! Cluster mid-action (`redis_cluster::partition`).
 //!
 //! The suite runs on one cluster, started before the trials and named to
 //! the suite's child processes by `IDEMPOTENT_REDIS_CLUSTER_NODES`. The
-//! failover and the killed node run on a second cluster of their own, one
-//! after the other, so that the suite's timings never share a failover.
+//! failover, the killed node and the partitions run on a second cluster of
+//! their own, one after the other, so that the suite's timings never share a failover.
 //! Without `redis-server` and `redis-cli` on the PATH every case is
 //! reported as ignored, except in CI, where it fails.
 
 mod harness;
+mod partition;
 mod redis_cluster;
 
 use std::collections::HashMap;
@@ -169,6 +171,14 @@ async fn answers(port: u16) -> bool {
 
 /// A primary whose replica answers, and that replica.
 async fn primary_and_replica(urls: &[String]) -> (redis_cluster::Listed, redis_cluster::Listed) {
+    primaries_and_replicas(urls).await.swap_remove(0)
+}
+
+/// Every primary whose replica answers, with that replica, by port; at
+/// least one.
+async fn primaries_and_replicas(
+    urls: &[String],
+) -> Vec<(redis_cluster::Listed, redis_cluster::Listed)> {
     let mut listed = Vec::new();
     for url in urls {
         if answers(port_of(url)).await {
@@ -177,6 +187,7 @@ async fn primary_and_replica(urls: &[String]) -> (redis_cluster::Listed, redis_c
         }
     }
     listed.sort_by_key(|n| n.port);
+    let mut pairs = Vec::new();
     for replica in listed.iter().filter(|n| !n.primary && !n.failing) {
         let Some(primary) = listed
             .iter()
@@ -185,10 +196,14 @@ async fn primary_and_replica(urls: &[String]) -> (redis_cluster::Listed, redis_c
             continue;
         };
         if answers(replica.port).await && answers(primary.port).await {
-            return (primary.clone(), replica.clone());
+            pairs.push((primary.clone(), replica.clone()));
         }
     }
-    panic!("no primary with a live replica: {listed:?}");
+    assert!(
+        !pairs.is_empty(),
+        "no primary with a live replica: {listed:?}"
+    );
+    pairs
 }
 
 /// The slot of a Redis key, as the cluster computes it.
@@ -388,6 +403,121 @@ async fn a_failover_under_load_does_nothing_twice_and_loses_no_call() {
     );
 }
 
+/// Polls until the node on `port` is a primary, from `since`, and returns
+/// how long after `since` it was (polled: the measure of the switch).
+async fn until_primary(port: u16, since: Instant) -> Duration {
+    while !is_primary(port).await {
+        assert!(
+            since.elapsed() < Duration::from_secs(60),
+            "the replica on port {port} never took over"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    since.elapsed()
+}
+
+/// Refunds `order` on a task of its own, and how long after `since` the
+/// call ended.
+fn timed_call(
+    store: &Arc<dyn Store>,
+    run: &idempotent_tools::Run,
+    provider: &Arc<Provider>,
+    order: &str,
+    since: Instant,
+) -> tokio::task::JoinHandle<(Outcome, Duration)> {
+    let (store, run, provider, order) = (
+        store.clone(),
+        run.clone(),
+        provider.clone(),
+        order.to_owned(),
+    );
+    tokio::spawn(async move {
+        let outcome = refund_call(&store, &run, &order, 42)
+            .run(refunds(&provider, 42))
+            .await;
+        (outcome, since.elapsed())
+    })
+}
+
+/// How long a primary's slots take to serve calls again, on an idle
+/// cluster of the case's own: after a planned `CLUSTER FAILOVER` of one
+/// primary, and after another primary is killed (`kill -9`; the others
+/// count it failed after `cluster-node-timeout`, 5 s here). For each, when
+/// the replica is a primary, when a call on its slots made at the switch's
+/// start went through, and how long the first call made once the replica
+/// is a primary took. Each key's refund reaches the provider once. Ignored
+/// unless asked for: it starts a cluster of its own.
+async fn measured_a_planned_and_a_killed_failover() {
+    let mut cluster =
+        tokio::task::spawn_blocking(|| LocalCluster::start(&redis_cluster::free_ports()))
+            .await
+            .expect("the cluster starts");
+    let urls = cluster.urls();
+    let pairs = primaries_and_replicas(&urls).await;
+    assert!(
+        pairs.len() >= 2,
+        "two shards with a live replica: {pairs:?}"
+    );
+    let redis_store = Arc::new(
+        RedisStore::builder_cluster(urls.clone())
+            .prefix(format!("idempotent-switch:{}:", kit::unique_id()))
+            .reconnect_within(Duration::from_secs(30))
+            .connect()
+            .await
+            .expect("a store on the cluster"),
+    );
+    let store: Arc<dyn Store> = redis_store.clone();
+    let provider = Arc::new(Provider::default());
+    let run = fresh_run();
+    let mut measured = Vec::new();
+    for (n, (primary, replica)) in pairs.iter().take(2).enumerate() {
+        let planned = n == 0;
+        let on = orders(&redis_store, &run, primary, 1000 * n, true, 3).await;
+        let before = refund_call(&store, &run, &on[0], 42)
+            .run(refunds(&provider, 42))
+            .await
+            .expect("a call before the switch");
+        assert!(before.is_fresh());
+        let switching = Instant::now();
+        if planned {
+            let answer: String = redis::cmd("CLUSTER")
+                .arg("FAILOVER")
+                .query_async(&mut node(replica.port).await)
+                .await
+                .expect("CLUSTER FAILOVER");
+            assert_eq!(answer, "OK");
+        } else {
+            tokio::task::block_in_place(|| cluster.kill(primary.port));
+        }
+        let during = timed_call(&store, &run, &provider, &on[1], switching);
+        let promoted = until_primary(replica.port, switching).await;
+        let after = Instant::now();
+        let first_after = refund_call(&store, &run, &on[2], 42)
+            .run(refunds(&provider, 42))
+            .await
+            .expect("the first call after the switch");
+        assert!(first_after.is_fresh());
+        let first_after = after.elapsed();
+        let (outcome, during) = during.await.expect("task");
+        let outcome = outcome.expect("the call made at the switch goes through");
+        assert!(outcome.is_fresh());
+        measured.push(format!(
+            "{}: the replica a primary {promoted:?} after it; a call made at it went \
+             through {during:?} after it; the first call made after the switch took \
+             {first_after:?}",
+            if planned {
+                "CLUSTER FAILOVER, idle"
+            } else {
+                "a killed primary"
+            }
+        ));
+    }
+    assert_eq!(provider.refunds(), 6, "one refund per key");
+    for line in measured {
+        println!("measured: {line}");
+    }
+}
+
 /// How many subscribers the node on `port` has on `channel`.
 async fn subscribers(port: u16, channel: &str) -> i64 {
     let reply: Vec<redis::Value> = redis::cmd("PUBSUB")
@@ -515,7 +645,17 @@ fn main() {
     trials.extend(trials!(NODES;
         the_listener_moves_to_another_node_when_its_node_dies,
         a_failover_under_load_does_nothing_twice_and_loses_no_call,
+        redis_cluster::partition::a_holder_cut_off_mid_action_loses_its_claim_and_the_provider_refunds_once,
+        redis_cluster::partition::a_holder_cut_off_mid_action_leaves_the_outcome_unknown_under_report_unknown,
     ));
+    trials.push(
+        harness::trial(
+            "measured_a_planned_and_a_killed_failover",
+            NODES,
+            measured_a_planned_and_a_killed_failover,
+        )
+        .with_ignored_flag(true),
+    );
     let conclusion = libtest_mimic::run(&args, trials);
     drop(cluster);
     conclusion.exit()

@@ -2,7 +2,8 @@
 //! latency figure here; round trips counted on the wire in [`round_trips`],
 //! LISTEN/NOTIFY in [`notify`], schema versions and migrations in
 //! [`schema`], a server that is down or refuses in [`errors`], a server
-//! that goes away and comes back in [`outage`], a server of the test's own
+//! that goes away and comes back in [`outage`], a holder cut off from it
+//! mid-action in [`partition`], a server of the test's own
 //! for the suite's restart cases in [`server`].
 
 use std::sync::Arc;
@@ -20,6 +21,7 @@ mod batch;
 mod errors;
 mod notify;
 mod outage;
+mod partition;
 mod round_trips;
 mod schema;
 pub mod server;
@@ -64,6 +66,8 @@ pub fn trials() -> Vec<Trial> {
         transactions::a_process_killed_between_its_write_and_its_commit_leaves_nothing_and_the_retry_acts_once,
         outage::a_call_dropped_while_its_steps_retry_leaves_no_claim_stuck_and_no_result_lost,
         outage::a_completion_whose_server_stays_away_past_the_lease_is_not_recorded_and_says_the_action_ran,
+        partition::a_holder_cut_off_mid_action_loses_its_claim_and_the_provider_refunds_once,
+        partition::a_holder_cut_off_mid_action_leaves_the_outcome_unknown_under_report_unknown,
         transactions::a_call_dropped_while_its_commit_goes_through_is_replayed,
         transactions::a_call_dropped_while_its_commit_fails_leaves_nothing_and_the_retry_acts,
         transactions::the_attribute_form_commits_the_write_with_its_record_and_replays_it,

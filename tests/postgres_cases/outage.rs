@@ -142,16 +142,17 @@ async fn through_within(
     proxy: &Proxy,
     reconnect_within: Duration,
 ) -> PostgresStore {
-    through_with(schema, proxy, |builder| {
+    through_with(schema, proxy.addr, |builder| {
         builder.reconnect_within(reconnect_within)
     })
     .await
 }
 
-/// [`through`], with the builder's options set by `options`.
-async fn through_with(
+/// A store of its own in `schema`, through the proxy at `proxy`, without a
+/// listener, with the builder's options set by `options`.
+pub(super) async fn through_with(
     schema: &Schema,
-    proxy: &Proxy,
+    proxy: SocketAddr,
     options: impl FnOnce(PostgresStoreBuilder) -> PostgresStoreBuilder,
 ) -> PostgresStore {
     let config = schema.config();
@@ -159,7 +160,7 @@ async fn through_with(
         .store_with(|_| {
             // The same database and settings, through the proxy.
             let mut through = Config::new();
-            through.host("127.0.0.1").port(proxy.addr.port());
+            through.host("127.0.0.1").port(proxy.port());
             if let Some(user) = config.get_user() {
                 through.user(user);
             }
@@ -387,7 +388,7 @@ pub(super) async fn a_batch_whose_reply_was_lost_finds_each_claim_its_own_when_s
     };
     let proxy = Proxy::start(super::round_trips::upstream(&schema.config())).await;
     let store = Arc::new(
-        through_with(&schema, &proxy, |builder| {
+        through_with(&schema, proxy.addr, |builder| {
             builder.reconnect_within(PATIENCE).coalesce_in_flight(1)
         })
         .await,

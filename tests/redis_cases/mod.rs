@@ -1,5 +1,6 @@
 //! What only the Redis store does: its key layout, retention by key expiry
-//! and the eviction warning here; its steps on the wire in [`wire`].
+//! and the eviction warning here; its steps on the wire in [`wire`]; a
+//! holder cut off from the server mid-action in [`partition`].
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,6 +22,7 @@ use idempotent_tools_testing::conformance::kit::{
 };
 
 mod batch;
+mod partition;
 pub mod restart;
 mod wire;
 
@@ -46,6 +48,8 @@ pub fn trials() -> Vec<Trial> {
         batch::a_script_that_fails_for_one_caller_fails_only_that_caller,
         batch::a_caller_dropped_while_queued_or_on_the_wire_leaves_no_claim,
         batch::a_pipeline_whose_connection_breaks_goes_again_together_not_one_by_one,
+        partition::a_holder_cut_off_mid_action_loses_its_claim_and_the_provider_refunds_once,
+        partition::a_holder_cut_off_mid_action_leaves_the_outcome_unknown_under_report_unknown,
     );
     trials.extend(crate::trials!(always;
         an_unreachable_server_is_unavailable_and_prints_each_cause_once,
