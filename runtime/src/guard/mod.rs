@@ -30,7 +30,7 @@ pub use active::current_key;
 pub use call::Call;
 pub(crate) use codec::ErrorCodec;
 pub(crate) use drive::drive;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg(feature = "postgres")]
 pub(crate) use transaction::transact;
 
 /// The memory store, if `store` is one. Its steps are ready as soon as they

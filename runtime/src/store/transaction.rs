@@ -127,11 +127,13 @@ impl Trip {
     }
 
     /// Runs `step` as the key's action.
+    #[cfg(feature = "postgres")]
     pub(crate) fn act_as(&self, step: &mut dyn FnMut()) {
         (self.act_as)(step);
     }
 
     /// How to run a step as the key's action, for a thread of its own.
+    #[cfg(feature = "sqlite")]
     pub(crate) fn act_as_owned(&self) -> ActAs {
         Arc::clone(&self.act_as)
     }
