@@ -11,6 +11,9 @@
 //! Without `redis-server` and `redis-cli` on the PATH every case is
 //! reported as ignored, except in CI, where it fails.
 
+/// The partition cases on a cluster, beside the cluster's harness.
+#[path = "redis_cluster/partition.rs"]
+mod cluster_partition;
 mod harness;
 mod partition;
 mod redis_cluster;
@@ -645,8 +648,8 @@ fn main() {
     trials.extend(trials!(NODES;
         the_listener_moves_to_another_node_when_its_node_dies,
         a_failover_under_load_does_nothing_twice_and_loses_no_call,
-        redis_cluster::partition::a_holder_cut_off_mid_action_loses_its_claim_and_the_provider_refunds_once,
-        redis_cluster::partition::a_holder_cut_off_mid_action_leaves_the_outcome_unknown_under_report_unknown,
+        cluster_partition::a_holder_cut_off_mid_action_loses_its_claim_and_the_provider_refunds_once,
+        cluster_partition::a_holder_cut_off_mid_action_leaves_the_outcome_unknown_under_report_unknown,
     ));
     trials.push(
         harness::trial(

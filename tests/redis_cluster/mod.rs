@@ -11,8 +11,6 @@
 //! binary dies in any way, so no server outlives the tests.
 #![allow(dead_code)]
 
-pub mod partition;
-
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::Path;
