@@ -112,6 +112,7 @@
 //! | `redis` | `RedisStore` on redis-rs, one Lua script per step, woken by pub/sub, records kept by key expiry | several hosts that already run Redis, Valkey or a Redis Cluster |
 //! | `metrics` | counters and histograms of guarded calls and store steps through the `metrics` facade ([the names](guide::operations)) | dashboards and alerts |
 //! | `rig` | `idempotent_tools::rig`: `InRun`, `context` and `run_of`, the run carried in rig 0.44's `ToolContext` | rig agents |
+//! | `reqwest` | `idempotent_tools::reqwest`: the call's key as the `Idempotency-Key` header of reqwest 0.13 requests (a reqwest-middleware middleware, or `idempotency_key()` on a request builder), and reqwest's errors [classified](Classify) as definite or unknown | tools that call their provider over HTTP |
 //! | `rmcp` | `idempotent_tools::rmcp`: `run: Run` resolved from each MCP request, `ResolvesRuns`, `RunPolicy`, `RunHeaderLayer`, and `Outcome` as a tool result | MCP servers on rmcp 3.11 |
 //!
 //! The framework adapters are features because they implement rig's and

@@ -150,6 +150,7 @@ fn the_root_names_what_a_tool_author_writes() {
         "SqliteStore",
         "Verified",
         "current_key",
+        "reqwest",
         "rig",
         "rmcp",
         "set_default_store",

@@ -19,7 +19,7 @@
 //! In the source, imports run one way, downwards through this list:
 //!
 //! - `__private` and `adapters`: what the attribute expands into, and the
-//!   rig and rmcp adapters; they call the guard;
+//!   rig, rmcp and reqwest adapters; they call the guard;
 //! - `guard`: the claim, the action and the completion of one call. It
 //!   speaks to every store through the [`Store`](store::Store) trait and,
 //!   for an action in the store's own transaction, through the seam in
@@ -56,8 +56,10 @@ mod tool;
 
 pub mod store;
 
-#[cfg(any(feature = "rig", feature = "rmcp"))]
+#[cfg(any(feature = "rig", feature = "rmcp", feature = "reqwest"))]
 mod adapters;
+#[cfg(feature = "reqwest")]
+pub use adapters::reqwest;
 #[cfg(feature = "rig")]
 pub use adapters::rig;
 #[cfg(feature = "rmcp")]

@@ -6,15 +6,16 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, Pool, Runtime};
+use deadpool_postgres::Pool;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Config, NoTls, Socket};
 
 use super::Inner;
 use super::batch::Batches;
+use super::connect::{check_schema_name, own_pool, session};
 use super::error::pool_error;
-use super::listener::{Listener, SessionFn, listen};
-use super::{DEFAULT_COALESCE_BATCH, DEFAULT_PURGE_BATCH, LISTENER_NAME, PostgresStore};
+use super::listener::{Listener, SessionFn};
+use super::{DEFAULT_COALESCE_BATCH, DEFAULT_PURGE_BATCH, PostgresStore};
 use crate::store::durable::coalesce::Limits;
 use crate::store::durable::reconnect::DEFAULT_RECONNECT_WITHIN;
 use crate::store::{StoreError, StoreResult};
@@ -398,85 +399,4 @@ impl fmt::Debug for PostgresStoreBuilder {
             .field("schema", &self.schema)
             .finish()
     }
-}
-
-fn with_timeouts(mut config: Config) -> Config {
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(Duration::from_secs(5));
-    }
-    config
-}
-
-/// Refuses a schema name that is not a plain identifier, so that it is the
-/// same name quoted or not and needs no escaping in a connection's options.
-fn check_schema_name(name: &str) -> StoreResult<()> {
-    let refuse = |why: &str| {
-        Err(StoreError::BadSetting {
-            setting: "schema",
-            problem: format!(
-                "`{}` {why}; a schema name is a lowercase ASCII letter or `_`, then lowercase \
-                 letters, digits or `_`, at most 63 bytes, not beginning with `pg_`",
-                name.escape_debug()
-            ),
-        })
-    };
-    let mut chars = name.chars();
-    match chars.next() {
-        None => return refuse("is empty"),
-        Some(c) if !(c.is_ascii_lowercase() || c == '_') => {
-            return refuse("does not begin with a lowercase letter or `_`");
-        }
-        Some(_) => {}
-    }
-    if !chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
-        return refuse("is not a plain identifier");
-    }
-    if name.len() > 63 {
-        return refuse("is longer than Postgres keeps a name");
-    }
-    if name.starts_with("pg_") {
-        return refuse("begins with `pg_`, which Postgres keeps for its own schemas");
-    }
-    Ok(())
-}
-
-/// A pool of the store's own, each connection's `search_path` the schema if
-/// one was set, and the config its listener connects with.
-fn own_pool(mut config: Config, schema: Option<&str>) -> StoreResult<(Pool, Option<Config>)> {
-    if let Some(schema) = schema {
-        // A plain identifier (checked): no quoting or escaping needed. A
-        // later `-c` wins over one the URL gave.
-        let options = match config.get_options() {
-            Some(given) if !given.trim().is_empty() => {
-                format!("{given} -c search_path={schema}")
-            }
-            _ => format!("-c search_path={schema}"),
-        };
-        config.options(&options);
-    }
-    let config = with_timeouts(config);
-    let pool = Pool::builder(Manager::new(config.clone(), NoTls))
-        .max_size(16)
-        .runtime(Runtime::Tokio1)
-        .wait_timeout(Some(Duration::from_secs(10)))
-        .create_timeout(Some(Duration::from_secs(5)))
-        .build()
-        .map_err(|e| StoreError::Backend(Box::new(e)))?;
-    Ok((pool, Some(config)))
-}
-
-/// A listening session on a connection made from `config` with `tls`.
-fn session<T>(config: Config, tls: T) -> SessionFn
-where
-    T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
-    T::Stream: Send + 'static,
-    T::TlsConnect: Send,
-    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
-{
-    let mut config = with_timeouts(config);
-    if config.get_application_name().is_none() {
-        // So that a DBA can tell the listening connection apart.
-        config.application_name(LISTENER_NAME);
-    }
-    Box::new(move |listener, stop| Box::pin(listen(listener, stop, config.clone(), tls.clone())))
 }

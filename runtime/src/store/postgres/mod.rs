@@ -1,6 +1,7 @@
 //! The Postgres store: durable claims shared by processes on several hosts.
 //!
 //! - `builder`: where connections come from, listening, settings;
+//! - `connect`: the store's own pool and listening session, made;
 //! - `schema`: the schema's versions and migration;
 //! - `sql`: the statements, as SQL;
 //! - here: the store's state, shared by the files below, and the one loop
@@ -25,6 +26,7 @@ use tokio_postgres::types::ToSql;
 
 mod batch;
 mod builder;
+mod connect;
 mod error;
 mod listener;
 mod rows;
