@@ -650,6 +650,7 @@ fn main() {
         a_failover_under_load_does_nothing_twice_and_loses_no_call,
         cluster_partition::a_holder_cut_off_mid_action_loses_its_claim_and_the_provider_refunds_once,
         cluster_partition::a_holder_cut_off_mid_action_leaves_the_outcome_unknown_under_report_unknown,
+        cluster_partition::a_holder_cut_off_mid_action_is_verified_where_the_provider_takes_no_key,
     ));
     trials.push(
         harness::trial(

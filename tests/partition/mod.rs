@@ -9,9 +9,11 @@
 //! caller reaches the server directly. The holder's renewals cannot get
 //! through, so its lease runs out and the other caller takes over by its
 //! policy; when the network comes back the holder's completion reaches the
-//! server and is refused by the fence ([`Error::LeaseLost`]). The stand-in
-//! provider deduplicates on the provider key both callers hand it, so it
-//! makes one refund.
+//! server and is refused by the fence ([`Error::LeaseLost`]). Under
+//! `Takeover::Rerun` the stand-in provider deduplicates on the provider key
+//! both callers hand it, so it makes one refund; under `Takeover::Verify`
+//! the callers hand it no key (a provider that takes none) and the other
+//! caller finds the holder's refund by asking the provider.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -21,7 +23,7 @@ use std::time::{Duration, SystemTime};
 use idempotent_tools::call::Takeover;
 use idempotent_tools::records::Records;
 use idempotent_tools::store::Store;
-use idempotent_tools::{Error, current_key};
+use idempotent_tools::{Error, Verified, current_key};
 use idempotent_tools_testing::Provider;
 use idempotent_tools_testing::conformance::kit::{
     PATIENCE, RefundError, fresh_run, refund_call, refund_key,
@@ -133,15 +135,45 @@ pub struct Took {
     pub refused: Duration,
 }
 
-/// Order 1182 refunded at `provider` under the acting key's provider key.
+/// Order 1182 refunded at `provider`: under the acting key's provider key,
+/// unless the policy verifies, for a provider that takes no key.
 async fn refund_under_the_key(
     provider: &Provider,
+    takeover: Takeover,
 ) -> Result<idempotent_tools_testing::Refund, RefundError> {
     let key = current_key().expect("the action runs under its key");
+    let key = (takeover != Takeover::Verify).then(|| key.provider_key().into_owned());
     provider
-        .refund("1182", 42, Some(&key.provider_key()))
+        .refund("1182", 42, key.as_deref())
         .await
         .map_err(|e| RefundError::Declined(e.to_string()))
+}
+
+/// The refund call of both callers: verified by listing the order's
+/// refunds at `provider` when the policy says so.
+fn call_with(
+    store: &Arc<dyn Store>,
+    run: &idempotent_tools::Run,
+    takeover: Takeover,
+    provider: &Provider,
+) -> idempotent_tools::call::Call {
+    let call = refund_call(store, run, "1182", 42)
+        .lease(LEASE)
+        .takeover(takeover);
+    if takeover != Takeover::Verify {
+        return call;
+    }
+    let provider = provider.clone();
+    call.verify(move |_key| {
+        let found = provider
+            .refunds()
+            .into_iter()
+            .find(|r| r.order_id == "1182");
+        std::future::ready(match found {
+            Some(refund) => Verified::Applied(refund),
+            None => Verified::NotApplied,
+        })
+    })
 }
 
 /// The holder refunds through `holder` (whose connections go through
@@ -167,9 +199,7 @@ pub async fn a_holder_cut_off_mid_action<S: Records + 'static>(
         Arc::new(Notify::new()),
     );
     let mut holding = {
-        let call = refund_call(&holder, &run, "1182", 42)
-            .lease(LEASE)
-            .takeover(takeover);
+        let call = call_with(&holder, &run, takeover, &provider);
         let (provider, acted, finish, ended) = (
             provider.clone(),
             acted.clone(),
@@ -178,7 +208,7 @@ pub async fn a_holder_cut_off_mid_action<S: Records + 'static>(
         );
         tokio::spawn(async move {
             call.run(async move {
-                let refund = refund_under_the_key(&provider).await;
+                let refund = refund_under_the_key(&provider, takeover).await;
                 acted.notify_one();
                 finish.notified().await;
                 ended.notify_one();
@@ -207,11 +237,9 @@ pub async fn a_holder_cut_off_mid_action<S: Records + 'static>(
     let lease_left = lease_until.duration_since(cut_at).unwrap_or_default();
     let answer = tokio::time::timeout(
         PATIENCE,
-        refund_call(&other, &run, "1182", 42)
-            .lease(LEASE)
-            .takeover(takeover)
+        call_with(&other, &run, takeover, &provider)
             .wait(PATIENCE)
-            .run(refund_under_the_key(&provider)),
+            .run(refund_under_the_key(&provider, takeover)),
     )
     .await
     .expect("the other caller's answer, once the holder's lease ran out");
@@ -240,8 +268,8 @@ pub async fn a_holder_cut_off_mid_action<S: Records + 'static>(
     assert!(matches!(stale, Error::LeaseLost { .. }), "{stale:?}");
     assert_eq!(stale.action_ran(), Some(true));
 
-    let again = refund_call(&other, &run, "1182", 42)
-        .run(refund_under_the_key(&provider))
+    let again = call_with(&other, &run, takeover, &provider)
+        .run(refund_under_the_key(&provider, takeover))
         .await;
     match takeover {
         Takeover::ReportUnknown => {
@@ -251,6 +279,16 @@ pub async fn a_holder_cut_off_mid_action<S: Records + 'static>(
                 assert!(matches!(err, Error::UnknownOutcome { .. }), "{err:?}");
             }
             assert_eq!(provider.calls_received(), 1, "the taker did not act");
+        }
+        Takeover::Verify => {
+            let answer = answer.expect("the holder's refund, found by asking the provider");
+            let again = again.expect("a repeat");
+            for outcome in [answer, again] {
+                assert!(outcome.is_replay(), "{outcome:?}");
+                let refund = outcome.into_value().expect("a refund");
+                assert_eq!(refund.id, "re_1", "the holder's refund");
+            }
+            assert_eq!(provider.calls_received(), 1, "only the holder acted");
         }
         _ => {
             let answer = answer.expect("the other caller's refund");

@@ -68,6 +68,7 @@ pub fn trials() -> Vec<Trial> {
         outage::a_completion_whose_server_stays_away_past_the_lease_is_not_recorded_and_says_the_action_ran,
         partition::a_holder_cut_off_mid_action_loses_its_claim_and_the_provider_refunds_once,
         partition::a_holder_cut_off_mid_action_leaves_the_outcome_unknown_under_report_unknown,
+        partition::a_holder_cut_off_mid_action_is_verified_where_the_provider_takes_no_key,
         transactions::a_call_dropped_while_its_commit_goes_through_is_replayed,
         transactions::a_call_dropped_while_its_commit_fails_leaves_nothing_and_the_retry_acts,
         transactions::the_attribute_form_commits_the_write_with_its_record_and_replays_it,

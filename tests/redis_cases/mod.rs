@@ -50,6 +50,7 @@ pub fn trials() -> Vec<Trial> {
         batch::a_pipeline_whose_connection_breaks_goes_again_together_not_one_by_one,
         partition::a_holder_cut_off_mid_action_loses_its_claim_and_the_provider_refunds_once,
         partition::a_holder_cut_off_mid_action_leaves_the_outcome_unknown_under_report_unknown,
+        partition::a_holder_cut_off_mid_action_is_verified_where_the_provider_takes_no_key,
     );
     trials.extend(crate::trials!(always;
         an_unreachable_server_is_unavailable_and_prints_each_cause_once,

@@ -119,3 +119,9 @@ pub async fn a_holder_cut_off_mid_action_loses_its_claim_and_the_provider_refund
 pub async fn a_holder_cut_off_mid_action_leaves_the_outcome_unknown_under_report_unknown() {
     cut_off_mid_action(Takeover::ReportUnknown).await;
 }
+
+/// Under `Takeover::Verify`, with a provider that takes no key, the other
+/// caller asks the provider, finds the holder's refund and replays it.
+pub async fn a_holder_cut_off_mid_action_is_verified_where_the_provider_takes_no_key() {
+    cut_off_mid_action(Takeover::Verify).await;
+}
