@@ -56,9 +56,13 @@ pub struct Policy {
     pub lease: Duration,
     /// What a takeover does.
     pub takeover: Takeover,
-    /// How long the provider's lookups may lag behind its writes: a
-    /// verification's "not applied" is trusted only once this long has
-    /// passed since the action may last have run.
+    /// How long after the action may last have run a verification's "not
+    /// applied" is still not trusted. It must cover both how far the
+    /// provider's lookups lag behind its writes and how late a request that
+    /// timed out can still reach the provider and take effect: a
+    /// settle time shorter than either lets a retry act beside a late first
+    /// request (the claim protocol's model finds that double effect).
+    /// Zero by default.
     pub settle: Duration,
     /// The note a replay carries for the model.
     pub replay_note: Option<Cow<'static, str>>,

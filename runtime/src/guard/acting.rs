@@ -4,7 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use crate::error::Error;
 use crate::key::Key;
@@ -16,7 +16,7 @@ use crate::tool::ToolId;
 
 use super::active;
 use super::held::Held;
-use super::verify::Verifier;
+use super::verify::Verification;
 
 /// A held claim whose action is about to run or running: the key it acts
 /// as, for `current_key` and the re-entrancy check.
@@ -27,13 +27,6 @@ pub(super) struct Acting {
     /// How to ask the provider, if the action fails in a way that may have
     /// taken effect: boxed, as most calls have none.
     verification: Option<Box<Verification>>,
-}
-
-/// A call's verification, with what bounds it.
-pub(super) struct Verification {
-    pub(super) verifier: Verifier,
-    pub(super) settle: Duration,
-    pub(super) wait: Duration,
 }
 
 impl Acting {
@@ -49,6 +42,19 @@ impl Acting {
             active: active::Active::inside(key),
             tool,
             verification,
+        }
+    }
+
+    /// The action is about to be polled, and may take effect from now on:
+    /// if the call can ask the provider, a drop or a panic from here on
+    /// leaves the claim to be settled by asking, not released.
+    pub(super) fn may_take_effect(&mut self) {
+        if let Some(v) = &self.verification
+            && !self.held.verifies_if_abandoned()
+        {
+            let key = self.active.key().clone();
+            self.held
+                .verify_if_abandoned(key, self.tool.clone(), Verification::clone(v));
         }
     }
 

@@ -221,7 +221,10 @@ impl Call {
     /// [`Verified::NotYet`], a panic or no answer is asked again until the
     /// call's `wait` runs out, and then, as for
     /// [`Verified::Contradicts`], the outcome is recorded as unknown for an
-    /// operator to resolve.
+    /// operator to resolve. A call dropped (or panicking) once its action
+    /// may have taken effect, or while it asks, does not release its
+    /// claim: the asking goes on, on a task of the guard's own, and calls
+    /// waiting on the key get what it finds.
     ///
     /// ```
     /// use idempotent_tools::call::{Call, Key};

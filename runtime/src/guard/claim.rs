@@ -26,13 +26,13 @@ use crate::store::{
 };
 use crate::tool::ToolId;
 
-use super::acting::{Acting, Verification};
+use super::acting::Acting;
 use super::active;
 use super::backoff::Backoff;
 use super::call::Call;
 use super::codec::ErrorCodec;
 use super::held::{Held, detached};
-use super::verify::{self, Checked, unknown_detail};
+use super::verify::{self, Checked, Verification, unknown_detail};
 
 impl Call {
     /// Claims the key: everything before the action, with no type of the
@@ -205,6 +205,16 @@ impl Call {
                     // can, or record that nobody knows.
                     observe::claimed(&self.tool, held.fence(), true);
                     let verification = self.verification();
+                    let mut held = held;
+                    if let Some(v) = &verification {
+                        // Dropped while it asks, the call leaves the question
+                        // to a task of its own, not to a release.
+                        held.verify_if_abandoned(
+                            key.clone(),
+                            self.tool.clone(),
+                            Verification::clone(v),
+                        );
+                    }
                     let checked = match &verification {
                         Some(v) => {
                             let now = Instant::now();

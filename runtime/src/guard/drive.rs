@@ -320,7 +320,8 @@ where
                         return Poll::Pending;
                     }
                 },
-                State::Acting(acting) => {
+                State::Acting(mut acting) => {
+                    acting.may_take_effect();
                     let action = action.as_mut();
                     *state = match acting.active.poll_as(|| action.poll(cx)) {
                         Poll::Pending => State::Acting(acting),

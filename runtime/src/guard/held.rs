@@ -20,17 +20,20 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::answers_at_once;
 use super::backoff::Backoff;
+use super::verify::{self, Checked, Verification, unknown_detail};
+use crate::key::Key;
 use crate::observe;
 use crate::store::record::RecordState;
 use crate::store::record::{Completion, RecordValue};
 use crate::store::{Claim, Store, StoreError, StoreFuture, StoreResult};
+use crate::tool::ToolId;
 
 /// Runs a store step to its end even if the caller stops waiting: on a task
 /// of its own when there is a runtime to spawn it on.
@@ -55,6 +58,10 @@ pub(crate) struct Held {
     lease: Duration,
     armed: bool,
     renewal: Option<Renewal>,
+    /// Set once the action may have taken effect and the call can ask the
+    /// provider: dropped unused, the claim is then settled by asking, not
+    /// released. Boxed, as most calls have none.
+    abandoned: Option<Box<(Key, ToolId, Verification)>>,
 }
 
 impl Held {
@@ -67,7 +74,27 @@ impl Held {
             lease,
             armed: true,
             renewal: None,
+            abandoned: None,
         }
+    }
+
+    /// Whether [`Held::verify_if_abandoned`] was asked.
+    pub(crate) fn verifies_if_abandoned(&self) -> bool {
+        self.abandoned.is_some()
+    }
+
+    /// From now on, dropped unused (the call's future dropped mid-action,
+    /// a panic in the action, the call dropped while it asks the provider),
+    /// the claim is not released: the action may have taken effect, so a
+    /// task of its own asks the provider under `key` and records what it
+    /// says (`settle_abandoned`).
+    pub(crate) fn verify_if_abandoned(
+        &mut self,
+        key: Key,
+        tool: ToolId,
+        verification: Verification,
+    ) {
+        self.abandoned = Some(Box::new((key, tool, verification)));
     }
 
     /// Whether this claim took over from a holder whose lease ran out.
@@ -182,10 +209,42 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.renewal = None;
         if !self.armed {
+            self.renewal = None;
             return;
         }
+        if let Some(abandoned) = self.abandoned.take() {
+            let (key, tool, verification) = *abandoned;
+            let renewal = self.renewal.take();
+            let (store, claim) = (Arc::clone(&self.store), self.claim.clone());
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(settle_abandoned(
+                        store,
+                        claim,
+                        self.lease,
+                        (key, tool, verification),
+                        renewal,
+                    ));
+                }
+                // No runtime to ask on: nobody can say, and the record says
+                // so (the memory store writes at once; another store's
+                // lease runs out, and the takeover verifies).
+                Err(_) => {
+                    let detail = unknown_detail(DROPPED, None);
+                    let unknown = Completion {
+                        state: RecordState::Unknown,
+                        value: detail,
+                        completed_at: SystemTime::now(),
+                    };
+                    if answers_at_once(&store) {
+                        let _ = store.complete(&claim, unknown).into_ready();
+                    }
+                }
+            }
+            return;
+        }
+        self.renewal = None;
         // The memory store releases synchronously. A store that does I/O
         // releases on a task of its own; with no runtime left, its lease
         // frees the claim.
@@ -197,6 +256,45 @@ impl Drop for Held {
             let lease = self.lease;
             runtime.spawn(async move { release(&*store, &claim, lease).await });
         }
+    }
+}
+
+/// Why a call dropped mid-action asks the provider.
+const DROPPED: &str = "the call was dropped, or panicked, after its action may have taken effect";
+
+/// Settles the claim of a call dropped after its action may have taken
+/// effect: asks the provider, its lease renewed meanwhile, then records the
+/// result it found, releases the claim if the action did not happen, or
+/// records the outcome as unknown. A duplicate waiting meanwhile gets what
+/// it comes to.
+async fn settle_abandoned(
+    store: Arc<dyn Store>,
+    claim: Claim,
+    lease: Duration,
+    (key, tool, verification): (Key, ToolId, Verification),
+    renewal: Option<Renewal>,
+) {
+    let now = Instant::now();
+    let Verification {
+        verifier,
+        settle,
+        wait,
+    } = verification;
+    let checked = verify::check(verifier, key, (now, settle), now + wait).await;
+    let lease_end = renewal.map_or_else(|| Instant::now() + lease, |r| r.lease_end.get());
+    let (state, value) = match checked {
+        Checked::NotApplied => return release(&*store, &claim, lease).await,
+        Checked::Applied(value) => (RecordState::Done, value),
+        Checked::Unknown(why) => (RecordState::Unknown, unknown_detail(&why, Some(DROPPED))),
+    };
+    let finished = Completion {
+        state,
+        value,
+        completed_at: SystemTime::now(),
+    };
+    match record(&*store, &claim, finished, lease_end).await {
+        Ok(()) if state == RecordState::Unknown => observe::unknown_outcome(&tool, true),
+        _ => {}
     }
 }
 

@@ -51,8 +51,19 @@ impl Verifier {
     }
 }
 
+/// A call's verification, with what bounds it.
+#[derive(Clone)]
+pub(crate) struct Verification {
+    pub(crate) verifier: Verifier,
+    /// How long "not applied" is not trusted after the action may last
+    /// have run.
+    pub(crate) settle: Duration,
+    /// How long the provider is asked, while it cannot tell.
+    pub(crate) wait: Duration,
+}
+
 /// What verification came to.
-pub(super) enum Checked {
+pub(crate) enum Checked {
     /// The action happened, with this result.
     Applied(RecordValue),
     /// It did not: acting again is safe.
@@ -66,7 +77,7 @@ pub(super) enum Checked {
 /// `settle` has passed since `since` (when the action may last have run);
 /// before that it counts as "cannot tell yet". A check that panics, or does
 /// not answer by the deadline, cannot tell either.
-pub(super) async fn check(
+pub(crate) async fn check(
     verifier: Verifier,
     key: Key,
     (since, settle): (Instant, Duration),
@@ -101,7 +112,7 @@ pub(super) async fn check(
 
 /// The JSON an unknown outcome is recorded with: why it is unknown, and
 /// the error that left it so, if any, for the operator who resolves it.
-pub(super) fn unknown_detail(why: &str, error: Option<&str>) -> RecordValue {
+pub(crate) fn unknown_detail(why: &str, error: Option<&str>) -> RecordValue {
     let detail = match error {
         Some(error) => serde_json::json!({ "why": why, "error": error }),
         None => serde_json::json!({ "why": why }),

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use tokio::sync::Notify;
+
 use super::Case;
 use super::case::{Subject, case};
 use super::kit::{
@@ -42,6 +44,14 @@ pub(super) fn cases() -> Vec<Case> {
         ),
         case!(
             a_verification_that_cannot_tell_or_panics_leaves_the_outcome_unknown,
+            []
+        ),
+        case!(
+            a_call_dropped_once_the_provider_acted_is_verified_not_released,
+            []
+        ),
+        case!(
+            a_call_dropped_while_it_asks_the_provider_leaves_the_asking_to_a_task,
             []
         ),
         case!(
@@ -231,6 +241,90 @@ async fn a_verification_that_cannot_tell_or_panics_leaves_the_outcome_unknown(
         assert!(matches!(guard_error(retry), Error::UnknownOutcome { .. }));
         assert_eq!(provider.refunds(), 1, "never read as not applied");
     }
+}
+
+/// A framework's timeout around the tool drops the call once the refund
+/// went out: the claim is not released, the provider is asked on a task of
+/// the guard's own, and the retry replays the refund it found.
+async fn a_call_dropped_once_the_provider_acted_is_verified_not_released(store: Arc<dyn Store>) {
+    let (provider, run) = (Arc::new(CountingProvider::default()), fresh_run());
+    let acted = Arc::new(Notify::new());
+    let mut first = {
+        let (provider, acted) = (provider.clone(), acted.clone());
+        Box::pin(
+            call(&store, &run)
+                .verify(lookup(&provider))
+                .run_classified(async move {
+                    provider.refund("1182", 42);
+                    acted.notify_one();
+                    std::future::pending::<Result<Refunded, RefundError>>().await
+                }),
+        )
+    };
+    tokio::select! {
+        ended = &mut first => panic!("the action never ends: {ended:?}"),
+        () = acted.notified() => {}
+    }
+    drop(first);
+    let retry = call(&store, &run)
+        .verify(lookup(&provider))
+        .run_classified(refunds(&provider, 42))
+        .await
+        .expect("the dropped call's refund, found");
+    assert!(retry.is_replay(), "{retry:?}");
+    assert_eq!(retry.value().map(|r| r.id.as_str()), Some("re_1"));
+    assert_eq!(provider.refunds(), 1, "the provider takes no key");
+}
+
+/// The call is dropped while its verification waits on the provider: the
+/// asking goes on without it, and the retry waits for what it finds.
+async fn a_call_dropped_while_it_asks_the_provider_leaves_the_asking_to_a_task(
+    store: Arc<dyn Store>,
+) {
+    let (provider, run) = (Arc::new(CountingProvider::default()), fresh_run());
+    let (asked, answer) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let slow_lookup = {
+        let (provider, asked, answer) = (provider.clone(), asked.clone(), answer.clone());
+        move |_key| {
+            let (provider, asked, answer) = (provider.clone(), asked.clone(), answer.clone());
+            async move {
+                asked.notify_one();
+                answer.notified().await;
+                match provider.refund_of("1182") {
+                    Some(refund) => Verified::Applied(refund),
+                    None => Verified::NotApplied,
+                }
+            }
+        }
+    };
+    let mut first = Box::pin(
+        call(&store, &run)
+            .verify(slow_lookup)
+            .run_classified(refunded_then_timed_out(&provider)),
+    );
+    tokio::select! {
+        ended = &mut first => panic!("the lookup has not answered: {ended:?}"),
+        () = asked.notified() => {}
+    }
+    drop(first);
+    let retry = tokio::spawn({
+        let (store, run, provider) = (store.clone(), run.clone(), provider.clone());
+        async move {
+            call(&store, &run)
+                .verify(lookup(&provider))
+                .run_classified(refunds(&provider, 42))
+                .await
+        }
+    });
+    // The lookup asked again on the guard's own task answers: it found it.
+    asked.notified().await;
+    answer.notify_one();
+    let retry = retry
+        .await
+        .expect("the retry's task")
+        .expect("the refund, found");
+    assert_eq!(retry.value().map(|r| r.id.as_str()), Some("re_1"));
+    assert_eq!(provider.refunds(), 1, "the provider takes no key");
 }
 
 /// A holder that refunded, then vanished without completing (its process
