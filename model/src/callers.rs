@@ -21,7 +21,10 @@
 //! releases on "not applied" (trusted only once the settle time has
 //! passed), or records an unknown outcome when it cannot tell; without
 //! one, it records an unknown outcome. A takeover under
-//! [`Takeover::Verify`] asks the lookup the same way.
+//! [`Takeover::Verify`] asks the lookup the same way. Where requests may
+//! land late ([`Callers::with_late_requests`]), the request of a failure
+//! that had no effect may still have it after the failure returned, as
+//! when the provider takes a request up after the caller stopped waiting.
 
 use std::fmt;
 
@@ -92,6 +95,10 @@ pub struct Callers {
     pub last_tick: Tick,
     /// Whether an action may fail in a way that may have taken effect.
     pub unknown_failures: bool,
+    /// How many ticks after an unknown failure without an effect its
+    /// request may still reach the provider and have its effect (a request
+    /// the provider takes up after the caller stopped waiting for it).
+    pub late: Tick,
     /// The provider's lookup, if it can be asked.
     pub lookup: Option<Lookup>,
     /// A mistake planted in the protocol, if any.
@@ -111,6 +118,7 @@ impl Callers {
             lease: 2,
             last_tick: 3,
             unknown_failures: false,
+            late: 0,
             lookup: None,
             flaw: None,
         }
@@ -124,6 +132,12 @@ impl Callers {
             lookup,
             ..self
         }
+    }
+
+    /// The same system where the request of an unknown failure may still
+    /// have its effect up to `late` ticks after the failure returned.
+    pub fn with_late_requests(self, late: Tick) -> Callers {
+        Callers { late, ..self }
     }
 
     /// The same system with a mistake planted in its protocol.
@@ -257,6 +271,10 @@ pub struct Caller {
     /// The tick its lease runs out, as of its last claim or renewal
     /// (tracked where the provider has a lookup).
     pub lease_until: Tick,
+    /// Where requests may land late: the tick its unknown failure without
+    /// an effect returned, while its request may still have its effect
+    /// ([`Callers::late`] ticks after it, at most).
+    pub late_since: Option<Tick>,
 }
 
 /// What the provider's lookup told a caller.
@@ -285,6 +303,7 @@ impl Caller {
             unsure: false,
             heard: None,
             lease_until: 0,
+            late_since: None,
         }
     }
 
@@ -350,8 +369,12 @@ pub enum Action {
     /// in a way that may have taken effect.
     ActUnknown(usize),
     /// The caller's action fails in a way that may have taken effect, but
-    /// had none (its request never reached the provider).
+    /// had none when it returned (its request never reached the provider,
+    /// or, where requests land late, may still).
     FailUnknown(usize),
+    /// The request of the caller's unknown failure reaches the provider
+    /// late, and has its effect.
+    Land(usize),
     /// The provider's lookup answers the caller's verification: "applied"
     /// once an effect shows, "not applied" otherwise (before the settle
     /// time, nothing is concluded and the caller asks again later).
@@ -457,6 +480,14 @@ impl Model for Callers {
             if crashes && caller.holding().is_some() {
                 actions.push(Action::Crash(i));
             }
+            // Whatever the caller does meanwhile, even once it has ended.
+            let now = state.store.now;
+            if caller
+                .late_since
+                .is_some_and(|failed| now <= failed + self.late && self.lands(caller, now))
+            {
+                actions.push(Action::Land(i));
+            }
         }
         if crashes && state.store.now < self.last_tick {
             actions.push(Action::Tick);
@@ -467,7 +498,18 @@ impl Model for Callers {
         let mut next = last.clone();
         let State { store, callers, .. } = &mut next;
         match action {
-            Action::Tick => store.tick(),
+            Action::Tick => {
+                store.tick();
+                // A request that did not land in time never will.
+                for caller in callers.iter_mut() {
+                    if caller
+                        .late_since
+                        .is_some_and(|at| at + self.late < store.now)
+                    {
+                        caller.late_since = None;
+                    }
+                }
+            }
             Action::Claim(i) => {
                 let caller = &mut callers[i];
                 let owner = self.owner(i, caller.claims_made);
@@ -496,7 +538,15 @@ impl Model for Callers {
             }
             Action::FailUnknown(i) => {
                 let claim = callers[i].holding()?;
+                if self.late > 0 {
+                    callers[i].late_since = Some(store.now);
+                }
                 self.failed_unknown(&mut next, i, claim);
+            }
+            Action::Land(i) => {
+                let claim = callers[i].claim?;
+                callers[i].late_since = None;
+                self.has_effect(&mut next, i, claim);
             }
             Action::Ask(i) => {
                 let Phase::Verifying {
@@ -864,25 +914,31 @@ impl Callers {
             "no second effect when the provider can be asked",
             |_: &Callers, state: &State| state.effects <= 1,
         ));
-        if self.takeover == Takeover::Verify {
-            properties.extend([
-                Property::sometimes(
-                    "a takeover finds the action applied and replays it",
-                    |_: &Callers, state: &State| {
-                        told(state, false, Heard::Applied, |e| {
-                            matches!(e, End::Replay(_))
-                        })
-                    },
-                ),
-                Property::sometimes(
-                    "a takeover finds the action not applied and acts",
-                    |_: &Callers, state: &State| {
-                        told(state, false, Heard::NotApplied, |e| {
-                            matches!(e, End::Fresh(_))
-                        })
-                    },
-                ),
-            ]);
+        if self.takeover != Takeover::Verify {
+            return properties;
+        }
+        properties.push(Property::sometimes(
+            "a takeover finds the action applied and replays it",
+            |_: &Callers, state: &State| {
+                told(state, false, Heard::Applied, |e| {
+                    matches!(e, End::Replay(_))
+                })
+            },
+        ));
+        // The first takeover is at the end of the first lease: "not
+        // applied" is trusted a settle time later, if the clock gets there.
+        if self
+            .lookup
+            .is_some_and(|l| self.lease + l.settle <= self.last_tick)
+        {
+            properties.push(Property::sometimes(
+                "a takeover finds the action not applied and acts",
+                |_: &Callers, state: &State| {
+                    told(state, false, Heard::NotApplied, |e| {
+                        matches!(e, End::Fresh(_))
+                    })
+                },
+            ));
         }
         properties
     }

@@ -23,22 +23,25 @@
 //! records an unknown outcome, or asks the provider.
 //!
 //! Every action that has its effect counts as one more effect, as a
-//! provider that takes no key sees them. Where the system has unknown failures, an action may
-//! also fail in a way that may have taken effect: with its effect (the
-//! provider applied it, then the answer was lost) or without. Such a
-//! failure never releases the claim. Where the provider can be asked (a
-//! [`callers::Lookup`]), the holder asks it, as the guard's verification
-//! does: "applied" records the provider's result and returns it, "not
-//! applied" releases the claim so that a retry acts, and "cannot tell"
-//! (or a contradiction, or the call's wait running out) records an unknown
-//! outcome; without a lookup, the outcome is recorded as unknown. A
-//! takeover under the verify policy asks the same way: it replays what was
-//! applied, acts on "not applied", and records an unknown outcome when the
-//! provider cannot tell. The lookup lags: an effect shows in it a tick
+//! provider that takes no key sees them. Where the system has unknown
+//! failures, an action may also fail in a way that may have taken effect:
+//! with its effect (the provider applied it, then the answer was lost) or
+//! without. Such a failure never releases the claim. Where the provider
+//! can be asked (a [`callers::Lookup`]), the holder asks it, as the guard's
+//! verification does: "applied" records the provider's result and returns
+//! it, "not applied" releases the claim so that a retry acts, and "cannot
+//! tell" (or a contradiction, or the call's wait running out) records an
+//! unknown outcome; without a lookup, the outcome is recorded as unknown.
+//! A takeover under the verify policy asks the same way: it replays what
+//! was applied, acts on "not applied", and records an unknown outcome when
+//! the provider cannot tell. The lookup lags: an effect shows in it a tick
 //! after it happened, and "not applied" is trusted only once the settle
-//! time (a tick) has passed since the action may last have run (its
-//! failure, or the takeover). The model holds the provider to what the
-//! settle time stands for: an effect shows in the lookup by the settle time
+//! time has passed since the action may last have run (its failure, or the
+//! takeover); until then the provider is asked again later. Where requests
+//! may land late, the provider may take up the request of a failure that
+//! had no effect a tick after the failure returned, and have its effect
+//! then. The model holds the provider to what the settle time stands for
+//! after a takeover: an effect shows in the lookup by the settle time
 //! after its holder's lease ran out. A call dropped while the provider is
 //! asked must leave its claim held, as a crash does.
 //!
@@ -82,21 +85,24 @@
 //! and a takeover that finds the action applied (and replays it) or not
 //! applied (and acts).
 //!
+//! The settle time must cover the lookup's lag and how late a request may
+//! land: one shorter than the lag, or one that covers the lag but not a
+//! request a tick late, is caught with a second effect.
+//!
 //! Five mistakes planted in the protocol ([`store::Flaw`]: a completion
 //! that ignores the fence, a claim that checks and then acts, a holder that
 //! leaves its claim behind, a "not applied" trusted before the settle time,
 //! a claim released when its call is dropped while the provider is asked)
-//! are each caught with a counterexample; so are a settle time shorter than
-//! the lookup's lag, and the blind rerun, whose takeover acts again without
-//! asking a provider that takes no key.
+//! are each caught with a counterexample; so is the blind rerun, whose
+//! takeover acts again without asking a provider that takes no key.
 //!
 //! # The states
 //!
 //! Each caller claims at most twice and renews at most once (not at all in
 //! the systems with unknown failures: renewal is checked by the others,
 //! and here would only add states); a lease lasts two ticks, and the clock
-//! stops at three. The lookup lags a tick, and the settle time is a tick.
-//! Explored breadth first:
+//! stops at three. The lookup lags a tick; the settle time is a tick, or
+//! two where a request may land a tick late. Explored breadth first:
 //!
 //! | System | States |
 //! |---|---|
@@ -105,6 +111,7 @@
 //! | durable store, one caller with other arguments | 122,436 |
 //! | memory store (leases never run out, no crash) | 4,060 |
 //! | durable store, unknown failures verified, takeover verifies | 663,469 |
+//! | the same, requests landing a tick late, a settle time of two | 615,835 |
 //! | durable store, unknown failures without a lookup, takeover reports unknown | 77,452 |
 //!
 //! # What is not modelled
@@ -112,19 +119,21 @@
 //! More than one key, and more than one store; a provider that takes the
 //! key (the model's provider never deduplicates); a future dropped while
 //! its action's request is on its way (the guard cannot tell it from one
-//! dropped before it was sent, and releases); a holder whose effect lands
-//! later than the settle time after its lease ran out; the network and its
-//! failures (`Unavailable`, reconnects, a store step retried after one);
-//! records past their retention and purges; the operator's calls
-//! (`Records`); the wake-up channels themselves (a waiter may claim again
-//! at any time, as on a spurious wake-up or a recheck); a store's own
-//! replication.
+//! dropped before it was sent, and releases); a request that lands more
+//! than a tick after its failure returned, or an effect that shows in the
+//! lookup later than the settle time after its holder's lease ran out; a
+//! contradiction as an answer of its own (it ends as "cannot tell" does);
+//! the network and its failures (`Unavailable`, reconnects, a store step
+//! retried after one); records past their retention and purges; the
+//! operator's calls (`Records`); the wake-up channels themselves (a waiter
+//! may claim again at any time, as on a spurious wake-up or a recheck); a
+//! store's own replication.
 //!
 //! # Running it
 //!
 //! `cargo test -p idempotent-tools-model --test check` explores every
-//! system (well under a minute, even unoptimized); add `-- --nocapture` to see the
-//! counts. This crate's `tests/agreement.rs` runs random sequences of the
+//! system (under a minute on two cores, even unoptimized); add
+//! `-- --nocapture` to see the counts and times. This crate's `tests/agreement.rs` runs random sequences of the
 //! four steps against the memory, SQLite, Postgres and Redis stores and
 //! [`store::KeyStore`] side by side, and fails at the first answer that
 //! differs: `cargo test -p idempotent-tools-model --test agreement`, with

@@ -102,6 +102,16 @@ fn unknown_failures_without_a_lookup() {
     assert_eq!(states, 77_452);
 }
 
+/// A lookup that lags a tick, with a settle time that also covers a
+/// request taken up by the provider a tick after its failure returned.
+const LATE: Lookup = Lookup { lag: 1, settle: 2 };
+
+#[test]
+fn late_requests_verified_with_a_settle_time_that_covers_them() {
+    let states = explore(unknown_failures(Takeover::Verify, Some(LATE)).with_late_requests(1));
+    assert_eq!(states, 615_835);
+}
+
 #[test]
 fn a_completion_that_ignores_the_fence_is_caught() {
     let failed = counterexamples(
@@ -160,6 +170,16 @@ fn a_settle_time_shorter_than_the_lookups_lag_is_caught() {
         Takeover::Verify,
         Some(Lookup { lag: 2, settle: 1 }),
     ));
+    assert!(
+        failed.contains(&"no second effect when the provider can be asked"),
+        "{failed:?}"
+    );
+}
+
+#[test]
+fn a_settle_time_that_does_not_cover_a_late_request_is_caught() {
+    let failed =
+        counterexamples(unknown_failures(Takeover::Verify, Some(LAGGING)).with_late_requests(1));
     assert!(
         failed.contains(&"no second effect when the provider can be asked"),
         "{failed:?}"
