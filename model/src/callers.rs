@@ -12,25 +12,68 @@
 //! claim is released, as the guard's holder does on drop). The clock
 //! moves a tick at any time: a holder that stalls past its lease is taken
 //! over by the next claim.
+//!
+//! Where the system has unknown failures ([`Callers::with_unknown_failures`]),
+//! an action may also fail in a way that may have taken effect: with its
+//! effect (the provider applied it, and the answer was lost) or without
+//! one. Such a failure never releases the claim: with the provider's
+//! [`Lookup`], the holder asks it, and records the result it applied, or
+//! releases on "not applied" (trusted only once the settle time has
+//! passed), or records an unknown outcome when it cannot tell; without
+//! one, it records an unknown outcome. A takeover under
+//! [`Takeover::Verify`] asks the lookup the same way. Where requests may
+//! land late ([`Callers::with_late_requests`]), the request of a failure
+//! that had no effect may still have it after the failure returned, as
+//! when the provider takes a request up after the caller stopped waiting.
+
+mod properties;
 
 use std::fmt;
 
 use stateright::{Model, Property};
 
 use crate::store::{
-    Answer, Args, ClaimRef, Ending, Flaw, KeyStore, LeaseLost, Leases, Owner, Slot, Tick, Value,
+    Answer, Args, ClaimRef, Ending, Flaw, KeyStore, LeaseLost, Leases, Owner, Tick, Value,
 };
+
+/// A step's outcome for the caller: ended as this, or refused (`LeaseLost`)
+/// and ended as that.
+type Ends = (End, End);
 
 /// How many callers ask.
 pub const CALLERS: usize = 3;
 
-/// What a claim that takes over does: the guard's two takeover policies.
+/// What a claim that takes over does: the guard's takeover policies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Takeover {
     /// The taker acts again (the provider deduplicates on the key).
     Rerun,
     /// The taker records an unknown outcome and does not act.
     ReportUnknown,
+    /// The taker asks the provider's [`Lookup`]: it replays the result the
+    /// provider applied, acts on "not applied", and records an unknown
+    /// outcome when the provider cannot tell. Without a lookup, as
+    /// [`Takeover::ReportUnknown`].
+    Verify,
+}
+
+/// The provider's lookup, which a verification asks whether the action
+/// happened: it answers "applied" (with the action's result) once an
+/// effect shows, and "not applied" before.
+///
+/// The model holds the provider to what the settle time stands for: an
+/// action's effect shows in the lookup no later than `settle` ticks after
+/// its holder's lease ran out (as of its last renewal), so a holder does
+/// not have its effect past `settle - lag` ticks after that.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Lookup {
+    /// How many ticks an effect takes to show in the lookup: until then, it
+    /// answers "not applied".
+    pub lag: Tick,
+    /// The policy's settle time: "not applied" is trusted only once this
+    /// many ticks have passed since the action may last have run (its
+    /// failure, or the takeover).
+    pub settle: Tick,
 }
 
 /// The system's settings: the store's kind, the policy, and the bounds
@@ -52,6 +95,14 @@ pub struct Callers {
     pub lease: Tick,
     /// The last tick the clock reaches.
     pub last_tick: Tick,
+    /// Whether an action may fail in a way that may have taken effect.
+    pub unknown_failures: bool,
+    /// How many ticks after an unknown failure without an effect its
+    /// request may still reach the provider and have its effect (a request
+    /// the provider takes up after the caller stopped waiting for it).
+    pub late: Tick,
+    /// The provider's lookup, if it can be asked.
+    pub lookup: Option<Lookup>,
     /// A mistake planted in the protocol, if any.
     pub flaw: Option<Flaw>,
 }
@@ -68,8 +119,27 @@ impl Callers {
             renewals: 1,
             lease: 2,
             last_tick: 3,
+            unknown_failures: false,
+            late: 0,
+            lookup: None,
             flaw: None,
         }
+    }
+
+    /// The same system where an action may fail in a way that may have
+    /// taken effect, and the provider is asked through `lookup`, if any.
+    pub fn with_unknown_failures(self, lookup: Option<Lookup>) -> Callers {
+        Callers {
+            unknown_failures: true,
+            lookup,
+            ..self
+        }
+    }
+
+    /// The same system where the request of an unknown failure may still
+    /// have its effect up to `late` ticks after the failure returned.
+    pub fn with_late_requests(self, late: Tick) -> Callers {
+        Callers { late, ..self }
     }
 
     /// The same system with a mistake planted in its protocol.
@@ -108,6 +178,10 @@ pub enum End {
     /// The caller's action ran and failed without an effect; its error was
     /// recorded or its claim released.
     ToolError,
+    /// The caller's action ran and failed in a way that may have taken
+    /// effect, and nobody could tell whether it did: its error is returned,
+    /// and the outcome recorded as unknown.
+    UnknownError,
     /// The caller's action ran, but its claim had been taken over, so its
     /// result was refused (`Error::LeaseLost`: the action ran).
     LeaseLost,
@@ -141,9 +215,34 @@ pub enum Phase {
     /// Its action failed without an effect; the error is being recorded or
     /// the claim released.
     Declined(ClaimRef),
-    /// It took over under [`Takeover::ReportUnknown`]: an unknown outcome is
-    /// being recorded.
+    /// It took over under [`Takeover::ReportUnknown`], or its verification
+    /// of a takeover could not tell: an unknown outcome is being recorded.
     ReportingUnknown(ClaimRef),
+    /// Its action failed in a way that may have taken effect, or it took
+    /// over under [`Takeover::Verify`]: the provider's lookup is being
+    /// asked.
+    Verifying {
+        /// The claim.
+        claim: ClaimRef,
+        /// The tick the action may last have run: "not applied" is trusted
+        /// from the settle time after it.
+        since: Tick,
+        /// Whether it asks for a takeover (or for its own action).
+        takeover: bool,
+    },
+    /// Its action failed in a way that may have taken effect, and nobody
+    /// can tell whether it did: an unknown outcome is being recorded.
+    RecordingUnknown(ClaimRef),
+    /// The provider said the action was applied, with this result: it is
+    /// being recorded.
+    Confirmed {
+        /// The claim.
+        claim: ClaimRef,
+        /// The result the provider applied.
+        value: Value,
+        /// Whether it asked for a takeover (or for its own action).
+        takeover: bool,
+    },
     /// Its ask ended.
     Ended(End),
 }
@@ -167,6 +266,29 @@ pub struct Caller {
     pub waited: bool,
     /// Whether a completion's reply was lost to it.
     pub lost_reply: bool,
+    /// Whether its action failed in a way that may have taken effect.
+    pub unsure: bool,
+    /// What the provider's lookup last told it.
+    pub heard: Option<Heard>,
+    /// The tick its lease runs out, as of its last claim or renewal
+    /// (tracked where the provider has a lookup).
+    pub lease_until: Tick,
+    /// Where requests may land late: the tick its unknown failure without
+    /// an effect returned, while its request may still have its effect
+    /// ([`Callers::late`] ticks after it, at most).
+    pub late_since: Option<Tick>,
+}
+
+/// What the provider's lookup told a caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Heard {
+    /// The action happened.
+    Applied,
+    /// It did not, and the settle time has passed.
+    NotApplied,
+    /// The provider could not tell (or contradicted the ask) within the
+    /// call's wait.
+    CannotTell,
 }
 
 impl Caller {
@@ -180,6 +302,10 @@ impl Caller {
             effect: false,
             waited: false,
             lost_reply: false,
+            unsure: false,
+            heard: None,
+            lease_until: 0,
+            late_since: None,
         }
     }
 
@@ -189,7 +315,10 @@ impl Caller {
             Phase::Holding(claim)
             | Phase::Acted(claim)
             | Phase::Declined(claim)
-            | Phase::ReportingUnknown(claim) => Some(claim),
+            | Phase::ReportingUnknown(claim)
+            | Phase::Verifying { claim, .. }
+            | Phase::RecordingUnknown(claim)
+            | Phase::Confirmed { claim, .. } => Some(claim),
             _ => None,
         }
     }
@@ -219,6 +348,12 @@ pub struct State {
     /// Whether a completion from a holder whose claim was taken over was
     /// refused.
     pub stale_refused: bool,
+    /// When the first effect happened, and its result: what the provider's
+    /// lookup answers (tracked where there is one).
+    pub first_effect: Option<(Tick, Value)>,
+    /// Whether a claim was released after an action that may have taken
+    /// effect, without the provider saying it was not applied.
+    pub unverified_release: bool,
 }
 
 /// A step of the system.
@@ -232,6 +367,23 @@ pub enum Action {
     Act(usize),
     /// The caller's action fails without an effect.
     Decline(usize),
+    /// The caller's action has its effect, and its answer is lost: it fails
+    /// in a way that may have taken effect.
+    ActUnknown(usize),
+    /// The caller's action fails in a way that may have taken effect, but
+    /// had none when it returned (its request never reached the provider,
+    /// or, where requests land late, may still).
+    FailUnknown(usize),
+    /// The request of the caller's unknown failure reaches the provider
+    /// late, and has its effect.
+    Land(usize),
+    /// The provider's lookup answers the caller's verification: "applied"
+    /// once an effect shows, "not applied" otherwise (before the settle
+    /// time, nothing is concluded and the caller asks again later).
+    Ask(usize),
+    /// The provider cannot tell, or contradicts the ask, until the call's
+    /// wait runs out.
+    CannotTell(usize),
     /// The caller records its action's end (done, failed, or unknown).
     Complete(usize),
     /// The caller's completion reaches the store, but its reply is lost:
@@ -270,6 +422,8 @@ impl Model for Callers {
             takeovers: 0,
             last_granted: None,
             stale_refused: false,
+            first_effect: None,
+            unverified_release: false,
         }]
     }
 
@@ -286,10 +440,34 @@ impl Model for Callers {
                 }
                 Phase::Checked => actions.push(Action::Write(i)),
                 Phase::Holding(_) => {
-                    actions.extend([Action::Act(i), Action::Decline(i), Action::Drop(i)]);
+                    let lands = self.lands(caller, state.store.now);
+                    if lands {
+                        actions.push(Action::Act(i));
+                    }
+                    actions.extend([Action::Decline(i), Action::Drop(i)]);
+                    if self.unknown_failures {
+                        if lands {
+                            actions.push(Action::ActUnknown(i));
+                        }
+                        actions.push(Action::FailUnknown(i));
+                    }
                     if crashes && caller.renewals_made < self.renewals {
                         actions.push(Action::Renew(i));
                     }
+                }
+                Phase::Verifying { .. } => {
+                    actions.extend([Action::Ask(i), Action::CannotTell(i)]);
+                    // Dropped while asking, the call must leave its claim
+                    // held, as a crash does (below).
+                    if self.flaw == Some(Flaw::ReleaseOnUnknown) {
+                        actions.push(Action::Drop(i));
+                    }
+                    if crashes && caller.renewals_made < self.renewals {
+                        actions.push(Action::Renew(i));
+                    }
+                }
+                Phase::RecordingUnknown(_) | Phase::Confirmed { .. } => {
+                    actions.push(Action::Complete(i));
                 }
                 Phase::Acted(_) => {
                     actions.push(Action::Complete(i));
@@ -304,6 +482,14 @@ impl Model for Callers {
             if crashes && caller.holding().is_some() {
                 actions.push(Action::Crash(i));
             }
+            // Whatever the caller does meanwhile, even once it has ended.
+            let now = state.store.now;
+            if caller
+                .late_since
+                .is_some_and(|failed| now <= failed + self.late && self.lands(caller, now))
+            {
+                actions.push(Action::Land(i));
+            }
         }
         if crashes && state.store.now < self.last_tick {
             actions.push(Action::Tick);
@@ -314,7 +500,18 @@ impl Model for Callers {
         let mut next = last.clone();
         let State { store, callers, .. } = &mut next;
         match action {
-            Action::Tick => store.tick(),
+            Action::Tick => {
+                store.tick();
+                // A request that did not land in time never will.
+                for caller in callers.iter_mut() {
+                    if caller
+                        .late_since
+                        .is_some_and(|at| at + self.late < store.now)
+                    {
+                        caller.late_since = None;
+                    }
+                }
+            }
             Action::Claim(i) => {
                 let caller = &mut callers[i];
                 let owner = self.owner(i, caller.claims_made);
@@ -334,9 +531,74 @@ impl Model for Callers {
             Action::Act(i) => {
                 let claim = callers[i].holding()?;
                 callers[i].phase = Phase::Acted(claim);
-                callers[i].ran = true;
-                callers[i].effect = true;
-                next.effects += 1;
+                self.has_effect(&mut next, i, claim);
+            }
+            Action::ActUnknown(i) => {
+                let claim = callers[i].holding()?;
+                self.has_effect(&mut next, i, claim);
+                self.failed_unknown(&mut next, i, claim);
+            }
+            Action::FailUnknown(i) => {
+                let claim = callers[i].holding()?;
+                if self.late > 0 {
+                    callers[i].late_since = Some(store.now);
+                }
+                self.failed_unknown(&mut next, i, claim);
+            }
+            Action::Land(i) => {
+                let claim = callers[i].claim?;
+                callers[i].late_since = None;
+                self.has_effect(&mut next, i, claim);
+            }
+            Action::Ask(i) => {
+                let Phase::Verifying {
+                    claim,
+                    since,
+                    takeover,
+                } = callers[i].phase
+                else {
+                    return None;
+                };
+                let lookup = self.lookup?;
+                let now = store.now;
+                let caller = &mut next.callers[i];
+                match next.first_effect {
+                    Some((at, value)) if at + lookup.lag <= now => {
+                        caller.heard = Some(Heard::Applied);
+                        caller.phase = Phase::Confirmed {
+                            claim,
+                            value,
+                            takeover,
+                        };
+                    }
+                    _ if now >= since + lookup.settle
+                        || self.flaw == Some(Flaw::UnsettledNotApplied) =>
+                    {
+                        caller.heard = Some(Heard::NotApplied);
+                        caller.phase = if takeover {
+                            Phase::Holding(claim)
+                        } else {
+                            let _ = next.store.release(claim);
+                            Phase::Ended(End::ToolError)
+                        };
+                    }
+                    // "Not applied" before the settle time: asked again.
+                    _ => return None,
+                }
+            }
+            Action::CannotTell(i) => {
+                let Phase::Verifying {
+                    claim, takeover, ..
+                } = callers[i].phase
+                else {
+                    return None;
+                };
+                callers[i].heard = Some(Heard::CannotTell);
+                callers[i].phase = if takeover {
+                    Phase::ReportingUnknown(claim)
+                } else {
+                    Phase::RecordingUnknown(claim)
+                };
             }
             Action::Decline(i) => {
                 let claim = callers[i].holding()?;
@@ -344,21 +606,60 @@ impl Model for Callers {
                 callers[i].ran = true;
             }
             Action::Complete(i) => {
-                let (claim, ending, value) = match callers[i].phase {
-                    Phase::Acted(claim) => (claim, Ending::Done, claim.owner),
-                    Phase::Declined(claim) => (claim, Ending::Failed, claim.owner),
-                    Phase::ReportingUnknown(claim) => (claim, Ending::Unknown, 0),
-                    _ => return None,
-                };
+                let (claim, ending, value, (recorded_end, refused_end)): (_, _, _, Ends) =
+                    match callers[i].phase {
+                        Phase::Acted(claim) => (
+                            claim,
+                            Ending::Done,
+                            claim.owner,
+                            (End::Fresh(claim.owner), End::LeaseLost),
+                        ),
+                        Phase::Declined(claim) => (
+                            claim,
+                            Ending::Failed,
+                            claim.owner,
+                            (End::ToolError, End::LeaseLost),
+                        ),
+                        Phase::ReportingUnknown(claim) => (
+                            claim,
+                            Ending::Unknown,
+                            0,
+                            (End::UnknownOutcome, End::NotRecorded),
+                        ),
+                        Phase::RecordingUnknown(claim) => (
+                            claim,
+                            Ending::Unknown,
+                            0,
+                            (End::UnknownError, End::LeaseLost),
+                        ),
+                        Phase::Confirmed {
+                            claim,
+                            value,
+                            takeover: true,
+                        } => (
+                            claim,
+                            Ending::Done,
+                            value,
+                            (End::Replay(value), End::NotRecorded),
+                        ),
+                        Phase::Confirmed {
+                            claim,
+                            value,
+                            takeover: false,
+                        } => (
+                            claim,
+                            Ending::Done,
+                            value,
+                            (End::Fresh(value), End::LeaseLost),
+                        ),
+                        _ => return None,
+                    };
                 let recorded = store.complete(claim, ending, value);
                 let stale = Some(claim) != next.last_granted;
                 let caller = &mut next.callers[i];
-                caller.phase = Phase::Ended(match (ending, recorded) {
-                    (Ending::Done, Ok(())) => End::Fresh(value),
-                    (Ending::Failed, Ok(())) => End::ToolError,
-                    (Ending::Unknown, Ok(())) => End::UnknownOutcome,
-                    (Ending::Unknown, Err(LeaseLost)) => End::NotRecorded,
-                    (_, Err(LeaseLost)) => End::LeaseLost,
+                caller.phase = Phase::Ended(match recorded {
+                    Ok(()) => recorded_end,
+                    Err(LeaseLost) => refused_end,
                 });
                 if recorded.is_err() && stale {
                     next.stale_refused = true;
@@ -383,7 +684,10 @@ impl Model for Callers {
             Action::Renew(i) => {
                 let claim = callers[i].holding()?;
                 // Refused, the holder keeps acting: its completion reports.
-                let _ = store.renew(claim, self.lease);
+                let renewed = store.renew(claim, self.lease);
+                if renewed.is_ok() && self.lookup.is_some() {
+                    callers[i].lease_until = store.now + self.lease;
+                }
                 callers[i].renewals_made += 1;
             }
             Action::GiveUp(i) => callers[i].phase = Phase::Ended(End::InProgress),
@@ -392,8 +696,9 @@ impl Model for Callers {
                     && self.flaw != Some(Flaw::NoReleaseOnDrop)
                 {
                     let _ = store.release(claim);
+                    next.unverified_release |= next.callers[i].unsure;
                 }
-                callers[i].phase = Phase::Ended(End::Dropped);
+                next.callers[i].phase = Phase::Ended(End::Dropped);
             }
             Action::Crash(i) => callers[i].phase = Phase::Ended(End::Crashed),
         }
@@ -401,173 +706,72 @@ impl Model for Callers {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        let mut properties = vec![
-            Property::always(
-                "at most one effect, but after a takeover",
-                |model: &Callers, state: &State| {
-                    let allowed = match model.takeover {
-                        Takeover::Rerun => 1 + state.takeovers,
-                        Takeover::ReportUnknown => 1,
-                    };
-                    state.effects <= allowed
-                },
-            ),
-            Property::always(
-                "the record is its current holder's",
-                |_: &Callers, state: &State| match state.store.slot {
-                    Slot::Completed(record) => {
-                        state.last_granted
-                            == Some(ClaimRef {
-                                owner: record.owner,
-                                fence: record.fence,
-                            })
-                    }
-                    _ => true,
-                },
-            ),
-            Property::always(
-                "a fresh result is the one replayed",
-                |_: &Callers, state: &State| {
-                    state.callers.iter().all(|caller| match caller.ended() {
-                        Some(End::Fresh(value) | End::Replay(value)) => matches!(
-                            state.store.slot,
-                            Slot::Completed(record)
-                                if record.value == value && record.ending == Ending::Done
-                        ),
-                        _ => true,
-                    })
-                },
-            ),
-            Property::always(
-                "an answer says truly whether the action ran",
-                |_: &Callers, state: &State| {
-                    state.callers.iter().all(|caller| match caller.ended() {
-                        Some(End::Fresh(value)) => {
-                            caller.effect && caller.claim.map(|c| c.owner) == Some(value)
-                        }
-                        Some(End::LeaseLost | End::ToolError) => caller.ran,
-                        Some(
-                            End::Replay(_)
-                            | End::ReplayedError
-                            | End::UnknownOutcome
-                            | End::Conflict
-                            | End::InProgress
-                            | End::NotRecorded,
-                        ) => !caller.ran,
-                        Some(End::Dropped | End::Crashed) | None => true,
-                    })
-                },
-            ),
-            Property::always(
-                "a held claim has a holder, or one that crashed",
-                |_: &Callers, state: &State| match state.store.slot {
-                    Slot::Held(held) => state.callers.iter().any(|caller| {
-                        caller.claim
-                            == Some(ClaimRef {
-                                owner: held.owner,
-                                fence: held.fence,
-                            })
-                            && (caller.holding().is_some() || caller.ended() == Some(End::Crashed))
-                    }),
-                    _ => true,
-                },
-            ),
-            Property::always("every caller ends", |model: &Callers, state: &State| {
-                let mut actions = Vec::new();
-                model.actions(state, &mut actions);
-                !actions.is_empty() || state.callers.iter().all(|c| c.ended().is_some())
-            }),
-            Property::sometimes("a waiter replays", |_: &Callers, state: &State| {
-                state
-                    .callers
-                    .iter()
-                    .any(|c| c.waited && matches!(c.ended(), Some(End::Replay(_))))
-            }),
-            Property::sometimes("a waiter's wait runs out", |_: &Callers, state: &State| {
-                state
-                    .callers
-                    .iter()
-                    .any(|c| c.ended() == Some(End::InProgress))
-            }),
-            Property::sometimes(
-                "a completion whose reply was lost is recorded when tried again",
-                |_: &Callers, state: &State| {
-                    state
-                        .callers
-                        .iter()
-                        .any(|c| c.lost_reply && matches!(c.ended(), Some(End::Fresh(_))))
-                },
-            ),
-        ];
-        if self.args.iter().all(|a| *a == self.args[0]) {
-            properties.push(Property::sometimes(
-                "one caller acts and the two others replay",
-                |_: &Callers, state: &State| {
-                    let ends = state.callers.map(|c| c.ended());
-                    let count = |f: fn(&Option<End>) -> bool| ends.iter().filter(|e| f(e)).count();
-                    count(|e| matches!(e, Some(End::Fresh(_)))) == 1
-                        && count(|e| matches!(e, Some(End::Replay(_)))) == 2
-                },
-            ));
-        }
-        if self.leases == Leases::Expire {
-            properties.extend([
-                Property::sometimes("a claim is taken over", |_: &Callers, state: &State| {
-                    state.takeovers > 0
-                }),
-                Property::sometimes(
-                    "a stale holder's completion is refused",
-                    |_: &Callers, state: &State| state.stale_refused,
-                ),
-            ]);
-            properties.push(match self.takeover {
-                Takeover::Rerun => {
-                    Property::sometimes("a takeover acts again", |_: &Callers, state: &State| {
-                        state.effects == 2
-                    })
-                }
-                Takeover::ReportUnknown => Property::sometimes(
-                    "a takeover reports an unknown outcome",
-                    |_: &Callers, state: &State| {
-                        state
-                            .callers
-                            .iter()
-                            .any(|c| c.ended() == Some(End::UnknownOutcome))
-                    },
-                ),
-            });
-        }
-        if self.args.iter().any(|a| *a != self.args[0]) {
-            properties.push(Property::sometimes(
-                "other arguments conflict",
-                |_: &Callers, state: &State| {
-                    state
-                        .callers
-                        .iter()
-                        .any(|c| c.ended() == Some(End::Conflict))
-                },
-            ));
-        }
-        properties
+        self.checked()
     }
 }
 
 impl Callers {
+    /// Whether caller `i`'s action may still have its effect at tick `now`:
+    /// where the provider has a lookup, only while the effect would show
+    /// in it by the settle time after the caller's lease ran out.
+    fn lands(&self, caller: &Caller, now: Tick) -> bool {
+        self.lookup
+            .is_none_or(|lookup| now + lookup.lag <= caller.lease_until + lookup.settle)
+    }
+
+    /// Caller `i`'s action has its effect under `claim`.
+    fn has_effect(&self, state: &mut State, i: usize, claim: ClaimRef) {
+        let caller = &mut state.callers[i];
+        caller.ran = true;
+        caller.effect = true;
+        state.effects += 1;
+        if self.lookup.is_some() && state.first_effect.is_none() {
+            state.first_effect = Some((state.store.now, claim.owner));
+        }
+    }
+
+    /// Caller `i`'s action failed in a way that may have taken effect: the
+    /// provider is asked, or the outcome is recorded as unknown.
+    fn failed_unknown(&self, state: &mut State, i: usize, claim: ClaimRef) {
+        let now = state.store.now;
+        let caller = &mut state.callers[i];
+        caller.ran = true;
+        caller.unsure = true;
+        caller.phase = match self.lookup {
+            Some(_) => Phase::Verifying {
+                claim,
+                since: now,
+                takeover: false,
+            },
+            None => Phase::RecordingUnknown(claim),
+        };
+    }
+
     /// Moves caller `i` on from the store's answer to its claim.
     fn answered(&self, state: &mut State, i: usize, owner: Owner, answer: Answer) {
+        let now = state.store.now;
         let caller = &mut state.callers[i];
         caller.phase = match answer {
             Answer::Claimed { fence, taken_over } => {
                 let claim = ClaimRef { owner, fence };
                 caller.claim = Some(claim);
+                if self.lookup.is_some() {
+                    caller.lease_until = now + self.lease;
+                }
                 state.last_granted = Some(claim);
                 if taken_over {
                     state.takeovers += 1;
                 }
-                if taken_over && self.takeover == Takeover::ReportUnknown {
-                    Phase::ReportingUnknown(claim)
-                } else {
-                    Phase::Holding(claim)
+                match (taken_over, self.takeover, self.lookup) {
+                    (false, ..) | (true, Takeover::Rerun, _) => Phase::Holding(claim),
+                    (true, Takeover::Verify, Some(_)) => Phase::Verifying {
+                        claim,
+                        since: now,
+                        takeover: true,
+                    },
+                    (true, Takeover::ReportUnknown | Takeover::Verify, _) => {
+                        Phase::ReportingUnknown(claim)
+                    }
                 }
             }
             Answer::InFlight => {

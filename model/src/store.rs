@@ -32,7 +32,9 @@ pub enum Ending {
     /// replayed.
     Failed,
     /// The action's outcome is not known (a takeover under the
-    /// report-unknown policy); repeats are told so.
+    /// report-unknown policy, or an action that failed in a way that may
+    /// have taken effect, when nobody could tell whether it did); repeats
+    /// are told so.
     Unknown,
 }
 
@@ -59,6 +61,15 @@ pub enum Flaw {
     /// A holder that goes away without completing leaves its claim behind
     /// (no release on drop or failure).
     NoReleaseOnDrop,
+    /// A verification trusts the provider's "not applied" at once, before
+    /// the settle time has passed: a lookup that lags reads as the action
+    /// not having happened.
+    UnsettledNotApplied,
+    /// A call dropped while the provider is asked (after its action failed
+    /// in a way that may have taken effect, or on a takeover) releases its
+    /// claim, as a call dropped while its action runs does: the next claim
+    /// acts, though the provider never said the action was not applied.
+    ReleaseOnUnknown,
 }
 
 /// A claim held: who, at which fence, for which request, until when.

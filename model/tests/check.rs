@@ -5,7 +5,9 @@
 //! The counts of states are exact: a change to the model that changes them
 //! changes the figures in the crate's documentation too.
 
-use idempotent_tools_model::callers::{Callers, Takeover};
+use std::time::Instant;
+
+use idempotent_tools_model::callers::{Callers, Lookup, Takeover};
 use idempotent_tools_model::store::{Flaw, Leases};
 use stateright::{Checker, HasDiscoveries, Model};
 
@@ -13,11 +15,13 @@ use stateright::{Checker, HasDiscoveries, Model};
 /// how many states there are.
 fn explore(system: Callers) -> usize {
     let name = format!("{system:?}");
+    let started = Instant::now();
     let checker = system.checker().spawn_bfs().join();
     let states = checker.unique_state_count();
     println!(
-        "{name}: {states} states, {} steps deep",
-        checker.max_depth()
+        "{name}: {states} states, {} steps deep, in {:.1?}",
+        checker.max_depth(),
+        started.elapsed()
     );
     checker.assert_properties();
     states
@@ -71,6 +75,43 @@ fn a_caller_with_other_arguments() {
     assert_eq!(states, 122_436);
 }
 
+/// A lookup whose answers lag a tick behind the effects, with a settle time
+/// of a tick.
+const LAGGING: Lookup = Lookup { lag: 1, settle: 1 };
+
+/// A durable store whose actions may fail in a way that may have taken
+/// effect, asking `lookup` if there is one. Its holders renew no lease:
+/// renewal is checked by the other systems, and here would only add
+/// states.
+fn unknown_failures(takeover: Takeover, lookup: Option<Lookup>) -> Callers {
+    Callers {
+        renewals: 0,
+        ..Callers::new(Leases::Expire, takeover).with_unknown_failures(lookup)
+    }
+}
+
+#[test]
+fn unknown_failures_verified_under_the_verify_policy() {
+    let states = explore(unknown_failures(Takeover::Verify, Some(LAGGING)));
+    assert_eq!(states, 663_469);
+}
+
+#[test]
+fn unknown_failures_without_a_lookup() {
+    let states = explore(unknown_failures(Takeover::ReportUnknown, None));
+    assert_eq!(states, 77_452);
+}
+
+/// A lookup that lags a tick, with a settle time that also covers a
+/// request taken up by the provider a tick after its failure returned.
+const LATE: Lookup = Lookup { lag: 1, settle: 2 };
+
+#[test]
+fn late_requests_verified_with_a_settle_time_that_covers_them() {
+    let states = explore(unknown_failures(Takeover::Verify, Some(LATE)).with_late_requests(1));
+    assert_eq!(states, 615_835);
+}
+
 #[test]
 fn a_completion_that_ignores_the_fence_is_caught() {
     let failed = counterexamples(
@@ -99,6 +140,59 @@ fn a_holder_that_leaves_its_claim_behind_is_caught() {
     );
     assert!(
         failed.contains(&"a held claim has a holder, or one that crashed"),
+        "{failed:?}"
+    );
+}
+
+#[test]
+fn a_blind_rerun_acts_twice_where_the_provider_takes_no_key() {
+    let failed = counterexamples(unknown_failures(Takeover::Rerun, Some(LAGGING)));
+    assert!(
+        failed.contains(&"no second effect when the provider can be asked"),
+        "{failed:?}"
+    );
+}
+
+#[test]
+fn a_not_applied_read_before_the_settle_time_is_caught() {
+    let failed = counterexamples(
+        unknown_failures(Takeover::Verify, Some(LAGGING)).with_flaw(Flaw::UnsettledNotApplied),
+    );
+    assert!(
+        failed.contains(&"no second effect when the provider can be asked"),
+        "{failed:?}"
+    );
+}
+
+#[test]
+fn a_settle_time_shorter_than_the_lookups_lag_is_caught() {
+    let failed = counterexamples(unknown_failures(
+        Takeover::Verify,
+        Some(Lookup { lag: 2, settle: 1 }),
+    ));
+    assert!(
+        failed.contains(&"no second effect when the provider can be asked"),
+        "{failed:?}"
+    );
+}
+
+#[test]
+fn a_settle_time_that_does_not_cover_a_late_request_is_caught() {
+    let failed =
+        counterexamples(unknown_failures(Takeover::Verify, Some(LAGGING)).with_late_requests(1));
+    assert!(
+        failed.contains(&"no second effect when the provider can be asked"),
+        "{failed:?}"
+    );
+}
+
+#[test]
+fn an_unknown_failure_that_releases_is_caught() {
+    let failed = counterexamples(
+        unknown_failures(Takeover::Verify, Some(LAGGING)).with_flaw(Flaw::ReleaseOnUnknown),
+    );
+    assert!(
+        failed.contains(&"an unknown failure is never released without a \"not applied\""),
         "{failed:?}"
     );
 }
