@@ -11,6 +11,7 @@
 //! in CI they fail.
 
 mod harness;
+mod storm_stores;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -23,6 +24,11 @@ use idempotent_tools::store::{
 use idempotent_tools::{MemoryStore, Outcome, SqliteStore, idempotent};
 use idempotent_tools_testing::storm::{Ask, DEFAULT_SEED, Failure, Report, Storm, Violation};
 use idempotent_tools_testing::{Provider, ProviderError, Refund};
+#[cfg(feature = "postgres")]
+use storm_stores::postgres;
+#[cfg(feature = "redis")]
+use storm_stores::redis;
+use storm_stores::sqlite;
 
 /// Schedules on the memory store, and on each durable store.
 const MEMORY_SCHEDULES: usize = 300;
@@ -131,13 +137,6 @@ where
     .guard_error(guard_error)
     .policy(&policy())
     .store(open)
-}
-
-/// An SQLite store in a directory of its own, kept as long as the store.
-fn sqlite() -> (tempfile::TempDir, Arc<dyn Store>) {
-    let dir = tempfile::tempdir().expect("a directory");
-    let store = Arc::new(SqliteStore::open(dir.path().join("claims.db")).expect("a store"));
-    (dir, store)
 }
 
 /// The object's number in a failure, without the schedule's own tag:
@@ -298,41 +297,6 @@ async fn refund_tool_on_sqlite() {
     passed(report);
 }
 
-/// A Postgres store in a schema of its own, and the connection that drops
-/// the schema afterwards.
-#[cfg(feature = "postgres")]
-async fn postgres() -> (Arc<dyn Store>, impl AsyncFnOnce()) {
-    use idempotent_tools::store::postgres::tokio_postgres::{self, Config, NoTls};
-
-    let url = std::env::var("IDEMPOTENT_POSTGRES_URL").expect("the harness checked it");
-    let schema = format!(
-        "idempotent_storm_{}",
-        idempotent_tools_testing::conformance::kit::unique_id()
-    );
-    let (admin, connection) = tokio_postgres::connect(&url, NoTls)
-        .await
-        .expect("Postgres must be reachable");
-    tokio::spawn(connection);
-    admin
-        .batch_execute(&format!("CREATE SCHEMA {schema}"))
-        .await
-        .expect("a schema");
-    let mut config: Config = url.parse().expect("a Postgres URL");
-    config.options(format!("-c search_path={schema}"));
-    let store = idempotent_tools::store::postgres::PostgresStoreBuilder::from_config(config)
-        .connect()
-        .await
-        .expect("a store");
-    store.migrate().await.expect("the schema");
-    let drop_schema = async move || {
-        admin
-            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
-            .await
-            .expect("the schema dropped");
-    };
-    (Arc::new(store), drop_schema)
-}
-
 #[cfg(feature = "postgres")]
 async fn refund_tool_on_postgres() {
     let (store, drop_schema) = postgres().await;
@@ -347,45 +311,6 @@ async fn refund_tool_on_postgres() {
     drop_schema().await;
     assert!(report.short_leases, "Postgres leases run out");
     passed(report);
-}
-
-/// A Redis store under a key prefix of its own, and what deletes its keys
-/// afterwards.
-#[cfg(feature = "redis")]
-async fn redis() -> (Arc<dyn Store>, impl AsyncFnOnce()) {
-    use idempotent_tools::RedisStore;
-    use idempotent_tools::store::redis::redis;
-
-    let url = std::env::var("IDEMPOTENT_REDIS_URL").expect("the harness checked it");
-    let prefix = format!(
-        "idempotent-storm:{}:",
-        idempotent_tools_testing::conformance::kit::unique_id()
-    );
-    let store = RedisStore::builder(url.as_str())
-        .prefix(prefix.as_str())
-        .connect()
-        .await
-        .expect("a store");
-    let delete_keys = async move || {
-        let mut admin = redis::Client::open(url.as_str())
-            .expect("a Redis URL")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("Redis must be reachable");
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{prefix}*"))
-            .query_async(&mut admin)
-            .await
-            .expect("keys");
-        if !keys.is_empty() {
-            let () = redis::cmd("DEL")
-                .arg(keys)
-                .query_async(&mut admin)
-                .await
-                .expect("keys deleted");
-        }
-    };
-    (Arc::new(store), delete_keys)
 }
 
 #[cfg(feature = "redis")]

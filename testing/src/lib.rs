@@ -84,6 +84,8 @@ mod tools;
 
 pub use assert::{assert_one_action, assert_same_key_for_same_ask};
 pub use model::{ScriptedModel, ToolCall, ToolResult, Turn};
-pub use provider::{DEFAULT_DELAY, LostCall, Moment, Provider, ProviderError, Received, Refund};
+pub use provider::{
+    DEFAULT_DELAY, Lag, LostCall, Moment, Provider, ProviderError, Received, Refund,
+};
 pub use runner::{Concurrency, Runner, Transcript};
 pub use tools::Tools;

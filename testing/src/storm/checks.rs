@@ -23,6 +23,13 @@ pub enum Answered {
         /// an earlier holder's outcome is unknown.
         action_ran: Option<bool>,
     },
+    /// The tool's own error, after the stand-in provider acted and then
+    /// failed the call as the schedule asked (a dropped connection, a
+    /// timeout): the error says the action may have taken effect.
+    ProviderFailed {
+        /// The error, as displayed.
+        error: String,
+    },
     /// An error that is not the guard's: nothing says whether the action ran.
     Unexplained {
         /// The error, as displayed.
@@ -73,6 +80,9 @@ impl fmt::Display for Caller {
             Answered::Conflict => f.write_str("conflict")?,
             Answered::Error { error, action_ran } => {
                 write!(f, "error (action ran: {action_ran:?}): {error}")?
+            }
+            Answered::ProviderFailed { error } => {
+                write!(f, "the provider's error once it acted: {error}")?
             }
             Answered::Unexplained { error } => write!(f, "error: {error}")?,
             Answered::Dropped => f.write_str("dropped")?,

@@ -8,6 +8,7 @@
 //! afterwards.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ use idempotent_tools::store::{
 };
 
 use super::schedule::{Step, Trouble};
-use crate::provider::{Moment, Provider};
+use crate::provider::{Moment, Provider, ProviderError, Then};
 
 /// A caller's trouble, waiting for its step.
 pub(super) struct Armed {
@@ -36,6 +37,8 @@ pub(super) struct Armed {
     pub(super) seen: bool,
     /// The provider's ticket for a call it is to lose.
     pub(super) losing: Option<u64>,
+    /// Set once the provider failed the caller's call after acting.
+    pub(super) faulted: Arc<AtomicBool>,
 }
 
 /// A trouble taken for its step.
@@ -107,11 +110,18 @@ fn unavailable() -> StoreError {
     StoreError::Unavailable("the storm made this step fail".into())
 }
 
-/// Where the provider loses the call of a holder with this trouble.
-fn lost_at(trouble: Trouble) -> Option<Moment> {
+/// Where the provider loses the call of a holder with this trouble, and
+/// what becomes of the call there.
+fn lost_at(trouble: Trouble) -> Option<(Moment, Then)> {
     match trouble {
-        Trouble::DroppedDuringAction => Some(Moment::BeforeActing),
-        Trouble::DroppedAfterActing | Trouble::Vanishes => Some(Moment::Acted),
+        Trouble::DroppedDuringAction => Some((Moment::BeforeActing, Then::Hangs)),
+        Trouble::DroppedAfterActing | Trouble::Vanishes => Some((Moment::Acted, Then::Hangs)),
+        Trouble::ConnectionDropsAfterActing => {
+            Some((Moment::Acted, Then::Fails(ProviderError::ConnectionDropped)))
+        }
+        Trouble::TimesOutAfterActing => {
+            Some((Moment::Acted, Then::Fails(ProviderError::ReplyLost)))
+        }
         _ => None,
     }
 }
@@ -286,14 +296,21 @@ impl Troubled {
             return;
         }
         let a = &mut armed[at];
-        let (Some(moment), Some(provider)) = (lost_at(a.trouble), &self.provider) else {
+        let (Some((moment, then)), Some(provider)) = (lost_at(a.trouble), &self.provider) else {
             return;
         };
         let reached = Arc::clone(&a.reached);
         let vanished = (a.trouble == Trouble::Vanishes).then(|| Arc::clone(&self.vanished));
-        a.losing = Some(provider.on_next_call(object, moment, move || {
+        let faulted = a
+            .trouble
+            .is_provider_fault()
+            .then(|| Arc::clone(&a.faulted));
+        a.losing = Some(provider.on_next_call(object, moment, then, move || {
             if let Some(vanished) = vanished {
                 lock(&vanished).insert(id);
+            }
+            if let Some(faulted) = faulted {
+                faulted.store(true, Ordering::SeqCst);
             }
             reached.notify_one();
         }));

@@ -23,6 +23,9 @@
 //!   ran out: a tool that keeps the guard's key from its provider acts
 //!   twice, and is found there (and, on every store, by a caller dropped
 //!   once the provider acted, then asked again).
+//! - with [`Storm::provider_faults`]: the provider acts on a holder's call,
+//!   then its connection drops or its answer times out, so the tool gets
+//!   an error after which the action may have taken effect.
 //!
 //! After every schedule it checks:
 //!
@@ -122,7 +125,7 @@ pub use report::{Failure, Report, SEED_VAR};
 pub use schedule::{Event, Schedule, Step, Trouble};
 
 use run::Times;
-use schedule::Shape;
+use schedule::{LeftOut, Shape};
 
 /// The seed a storm starts from unless told otherwise.
 pub const DEFAULT_SEED: u64 = 0x5EED_0F57_0A11;
@@ -169,6 +172,8 @@ pub(crate) struct Setup<T, E> {
     effects: Arc<dyn Fn(&str) -> usize + Send + Sync>,
     store: StoreFactory,
     guard_error: FindGuardError<E>,
+    /// The tool's error, as displayed.
+    show: Arc<dyn Fn(&E) -> String + Send + Sync>,
     provider: Option<Provider>,
 }
 
@@ -183,6 +188,8 @@ pub struct Storm<T, E> {
     wait: Duration,
     lease: Duration,
     replay: Option<u64>,
+    provider_faults: bool,
+    left_out: LeftOut,
 }
 
 impl<T, E> Storm<T, E>
@@ -209,8 +216,11 @@ where
                     })
                 }),
                 guard_error: Arc::new(|error: &E| in_chain(error)),
+                show: Arc::new(|error: &E| error.to_string()),
                 provider: None,
             },
+            provider_faults: false,
+            left_out: LeftOut::default(),
             schedules: 100,
             seed: DEFAULT_SEED,
             objects: 2,
@@ -245,6 +255,30 @@ where
         let counted = provider.clone();
         self.setup.effects = Arc::new(move |object| counted.refunds_of(object));
         self.setup.provider = Some(provider.clone());
+        self
+    }
+
+    /// Has the [`Storm::provider`] also fail a holder's call once it acted,
+    /// as real providers do: the connection drops before the answer
+    /// ([`Trouble::ConnectionDropsAfterActing`]), or the answer times out
+    /// ([`Trouble::TimesOutAfterActing`]). The effect happened, and the tool
+    /// gets an error after which it may have: a tool that releases its
+    /// claim on it acts again on the retry (found where the provider
+    /// [ignores keys](Provider::ignoring_keys)); one that
+    /// [classifies](idempotent_tools::Classify) it and
+    /// [verifies](idempotent_tools::call::Call::verify) with the provider
+    /// does not. Off unless told, so that a seed gives the schedule it
+    /// always gave.
+    pub fn provider_faults(mut self) -> Self {
+        self.provider_faults = true;
+        self
+    }
+
+    /// Leaves `trouble` out of the schedules (up to 16 troubles): for a
+    /// storm that holds a tool to the promises it makes, where a trouble
+    /// breaks one it does not make. Say why beside it.
+    pub fn leave_out(mut self, trouble: Trouble) -> Self {
+        self.left_out.add(trouble);
         self
     }
 
@@ -335,6 +369,8 @@ where
             max_events: self.max_events,
             short_leases,
             provider: self.setup.provider.is_some(),
+            provider_faults: self.provider_faults && self.setup.provider.is_some(),
+            left_out: self.left_out,
         };
         let from_env = std::env::var(SEED_VAR)
             .ok()

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -212,6 +213,7 @@ where
 {
     let (reached, let_go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
     let claimed = Arc::new(Notify::new());
+    let faulted = Arc::new(AtomicBool::new(false));
     let number = ask.number;
     if trouble != Trouble::None {
         store.arm(Armed {
@@ -222,6 +224,7 @@ where
             claimed: Arc::clone(&claimed),
             seen: false,
             losing: None,
+            faulted: Arc::clone(&faulted),
         });
     }
     let (object, variant) = (ask.object.clone(), ask.variant);
@@ -232,6 +235,7 @@ where
     });
     let tool = Arc::clone(&setup.tool);
     let guard_error = Arc::clone(&setup.guard_error);
+    let show = Arc::clone(&setup.show);
     let store = Arc::clone(store);
     let ended = Arc::clone(&claimed);
     let call = run.clone().scope(tool(dyn_store, ask));
@@ -257,6 +261,9 @@ where
                 Some(guard) => Answered::Error {
                     error: guard.to_string(),
                     action_ran: guard.action_ran(),
+                },
+                None if faulted.load(Ordering::SeqCst) => Answered::ProviderFailed {
+                    error: show(&error),
                 },
                 None => Answered::Unexplained {
                     error: "the tool's own error (not the guard's)".into(),

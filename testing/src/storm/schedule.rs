@@ -32,7 +32,8 @@ pub enum Trouble {
     /// The caller is dropped once the stand-in provider acted on its call,
     /// before the answer comes back: the effect happened, the guard
     /// releases the claim, and a retry acts again (once more at the
-    /// provider, unless the tool hands it the guard's key).
+    /// provider, unless the tool hands it the guard's key: a dropped call
+    /// is not verified with the provider).
     DroppedAfterActing,
     /// The caller is dropped while its completion is on its way to the store.
     DroppedDuringCompletion,
@@ -53,6 +54,18 @@ pub enum Trouble {
     /// the claim stays until its lease runs out and another caller takes it
     /// over.
     Vanishes,
+    /// The stand-in provider acts on the caller's call, then the connection
+    /// drops before its answer: the tool gets
+    /// [`ProviderError::ConnectionDropped`](crate::ProviderError::ConnectionDropped),
+    /// an error after which the action may have taken effect. Explored
+    /// with [`Storm::provider_faults`](super::Storm::provider_faults).
+    ConnectionDropsAfterActing,
+    /// The stand-in provider acts on the caller's call, then its answer
+    /// comes too late: the tool gets
+    /// [`ProviderError::ReplyLost`](crate::ProviderError::ReplyLost), as
+    /// after a timeout. Explored with
+    /// [`Storm::provider_faults`](super::Storm::provider_faults).
+    TimesOutAfterActing,
 }
 
 impl Trouble {
@@ -72,7 +85,20 @@ impl Trouble {
     pub(super) fn needs_provider(self) -> bool {
         matches!(
             self,
-            Trouble::DroppedDuringAction | Trouble::DroppedAfterActing | Trouble::Vanishes
+            Trouble::DroppedDuringAction
+                | Trouble::DroppedAfterActing
+                | Trouble::Vanishes
+                | Trouble::ConnectionDropsAfterActing
+                | Trouble::TimesOutAfterActing
+        )
+    }
+
+    /// Whether the stand-in provider answers the caller's call with an
+    /// error once it acted.
+    pub(super) fn is_provider_fault(self) -> bool {
+        matches!(
+            self,
+            Trouble::ConnectionDropsAfterActing | Trouble::TimesOutAfterActing
         )
     }
 
@@ -173,6 +199,10 @@ pub(super) fn describe(trouble: Trouble) -> String {
         }
         Trouble::PausedPastLease => "its completion is paused past the lease".into(),
         Trouble::Vanishes => "its holder vanishes once the provider acted".into(),
+        Trouble::ConnectionDropsAfterActing => {
+            "the provider acts, then its connection drops before the answer".into()
+        }
+        Trouble::TimesOutAfterActing => "the provider acts, then its answer times out".into(),
     }
 }
 
@@ -193,9 +223,42 @@ pub(super) struct Shape {
     pub(super) short_leases: bool,
     /// Whether the tool's action calls a stand-in provider the storm knows.
     pub(super) provider: bool,
+    /// Whether the provider also fails calls once it acted.
+    pub(super) provider_faults: bool,
+    /// Troubles left out.
+    pub(super) left_out: LeftOut,
 }
 
-fn trouble(short_leases: bool, provider: bool) -> BoxedStrategy<Trouble> {
+/// Troubles a storm leaves out: see [`Storm::leave_out`](super::Storm::leave_out).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct LeftOut {
+    troubles: [Option<Trouble>; LeftOut::MOST],
+}
+
+impl LeftOut {
+    /// The most troubles a storm leaves out.
+    pub(super) const MOST: usize = 16;
+
+    /// Adds `trouble`; past [`LeftOut::MOST`], it is not added.
+    pub(super) fn add(&mut self, trouble: Trouble) {
+        if let Some(free) = self.troubles.iter_mut().find(|t| t.is_none()) {
+            *free = Some(trouble);
+        }
+    }
+
+    fn contains(&self, trouble: Trouble) -> bool {
+        self.troubles.contains(&Some(trouble))
+    }
+}
+
+fn trouble(shape: Shape) -> BoxedStrategy<Trouble> {
+    let Shape {
+        short_leases,
+        provider,
+        provider_faults,
+        left_out,
+        ..
+    } = shape;
     let steps = || {
         prop_oneof![
             Just(Step::Claim),
@@ -204,7 +267,7 @@ fn trouble(short_leases: bool, provider: bool) -> BoxedStrategy<Trouble> {
             Just(Step::Renew)
         ]
     };
-    let every = prop_oneof![
+    let usual = prop_oneof![
         6 => Just(Trouble::None),
         1 => Just(Trouble::DroppedBeforeClaimAnswer),
         1 => Just(Trouble::DroppedDuringAction),
@@ -218,9 +281,23 @@ fn trouble(short_leases: bool, provider: bool) -> BoxedStrategy<Trouble> {
         // its key from the provider, explored twice as often.
         2 => Just(Trouble::Vanishes),
     ];
+    // Without provider faults, the strategy is the one storms have always
+    // drawn from, so a seed gives the schedule it always gave.
+    let every = if provider_faults {
+        prop_oneof![
+            10 => usual,
+            1 => Just(Trouble::ConnectionDropsAfterActing),
+            1 => Just(Trouble::TimesOutAfterActing),
+        ]
+        .boxed()
+    } else {
+        usual.boxed()
+    };
     every
         .prop_filter("needs leases that run out, or a provider", move |t| {
-            (short_leases || !t.needs_short_leases()) && (provider || !t.needs_provider())
+            (short_leases || !t.needs_short_leases())
+                && (provider || !t.needs_provider())
+                && !left_out.contains(*t)
         })
         .boxed()
 }
@@ -232,7 +309,7 @@ pub(super) fn schedules(shape: Shape) -> BoxedStrategy<Schedule> {
     let ask = (
         0..objects,
         prop_oneof![4 => Just(0u8), 1 => 1u8..3],
-        trouble(shape.short_leases, shape.provider),
+        trouble(shape),
     )
         .prop_map(|(object, variant, trouble)| Event::Ask {
             object,

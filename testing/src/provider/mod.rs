@@ -1,14 +1,23 @@
 //! A stand-in payment provider that counts what reached it.
 
+mod lookup;
+mod losses;
+
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::Notify;
-
 use serde::{Deserialize, Serialize};
+
+use idempotent_tools::{Classify, Failure};
+
+pub use lookup::Lag;
+pub(crate) use losses::Then;
+pub use losses::{LostCall, Moment};
+
+use lookup::Visible;
+use losses::Loss;
 
 /// How long [`Provider::new`] takes to answer: long enough that two calls in
 /// one step overlap, short enough that a test stays fast.
@@ -48,13 +57,33 @@ pub enum ProviderError {
         "the payment provider did not answer in time (the refund may or may not have been made)"
     )]
     ReplyLost,
+    /// The provider made the refund, then the connection dropped before its
+    /// answer came back (a reset, a gateway's 502): the caller cannot tell
+    /// whether it was made. See [`Provider::fail_next_call`].
+    #[error(
+        "the connection to the payment provider dropped before its answer (the refund may or may not have been made)"
+    )]
+    ConnectionDropped,
+}
+
+/// Every error the provider answers with comes after it may have acted:
+/// [unknown](Failure::Unknown), so a guarded tool that hands it on
+/// through [`Call::run_classified`](idempotent_tools::call::Call::run_classified)
+/// never acts again blindly.
+impl Classify for ProviderError {
+    fn failure(&self) -> Failure {
+        match self {
+            ProviderError::ReplyLost | ProviderError::ConnectionDropped => Failure::Unknown,
+        }
+    }
 }
 
 /// A stand-in for a payment provider such as Stripe.
 ///
 /// - The first refund under an idempotency key is kept; a repeat under that
 ///   key gets the same refund back, and nothing new is made.
-/// - Without a key, every call makes a refund.
+/// - Without a key, every call makes a refund; so does every call to a
+///   provider [that ignores keys](Provider::ignoring_keys).
 /// - Each call waits for a simulated network delay that really yields, so
 ///   two calls in one step overlap as they would against a real provider,
 ///   and a check made before the call races.
@@ -62,6 +91,12 @@ pub enum ProviderError {
 ///   [`refunds_of`](Provider::refunds_of) one order, and
 ///   [`calls_received`](Provider::calls_received). Count these, never what
 ///   the model said at the end.
+/// - It fails as real providers do, on the call and at the moment a test
+///   picks: [`lose_next_call`](Provider::lose_next_call) (never answers),
+///   [`fail_next_call`](Provider::fail_next_call) (acts, then answers with
+///   an error that may have taken effect), and its lookup
+///   [`refund_of`](Provider::refund_of), for a tool's verification, can
+///   [lag](Provider::with_lookup_lag) behind the refunds made.
 ///
 /// Clones share one provider, so a tool can hold a clone and a test can read
 /// the counts from another.
@@ -89,71 +124,11 @@ pub struct Provider {
 #[derive(Debug)]
 struct Inner {
     delay: Duration,
+    ignores_keys: AtomicBool,
     lose_next_reply: AtomicBool,
     ledger: Mutex<Ledger>,
     losses: Mutex<Vec<Loss>>,
     tickets: AtomicU64,
-}
-
-/// Where [`Provider::lose_next_call`] loses a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Moment {
-    /// As the call arrives (it is counted in
-    /// [`calls_received`](Provider::calls_received)), before the refund is
-    /// made: nothing happened.
-    BeforeActing,
-    /// Once the refund is made, before its answer goes back: the effect
-    /// happened, and the caller never hears of it.
-    Acted,
-}
-
-/// A call the provider will lose, once one reaches it: see
-/// [`Provider::lose_next_call`].
-#[derive(Debug, Clone)]
-pub struct LostCall {
-    reached: Arc<Reached>,
-}
-
-#[derive(Debug, Default)]
-struct Reached {
-    yes: AtomicBool,
-    notify: Notify,
-}
-
-impl LostCall {
-    /// Waits until a call has reached the moment it is lost at (at once if
-    /// one has).
-    pub async fn reached(&self) {
-        loop {
-            let notified = self.reached.notify.notified();
-            if self.reached.yes.load(Ordering::SeqCst) {
-                return;
-            }
-            notified.await;
-        }
-    }
-
-    /// Whether a call has reached the moment it is lost at.
-    pub fn is_reached(&self) -> bool {
-        self.reached.yes.load(Ordering::SeqCst)
-    }
-}
-
-/// A call to lose: the next one on `order_id`, at `at`.
-struct Loss {
-    ticket: u64,
-    order_id: String,
-    at: Moment,
-    on_reached: Box<dyn FnOnce() + Send>,
-}
-
-impl fmt::Debug for Loss {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Loss")
-            .field("order_id", &self.order_id)
-            .field("at", &self.at)
-            .finish_non_exhaustive()
-    }
 }
 
 #[derive(Debug, Default)]
@@ -162,7 +137,13 @@ struct Ledger {
     refunds: Vec<Refund>,
     /// Index into `refunds` of the refund kept under each key.
     by_key: HashMap<String, usize>,
+    /// When each refund in `refunds` becomes visible to lookups.
+    visible: Vec<Visible>,
+    /// How far lookups lag behind refunds made from now on.
+    lag: Lag,
     received: Vec<Received>,
+    /// How many lookups reached the provider.
+    lookups: usize,
 }
 
 impl Default for Provider {
@@ -183,6 +164,7 @@ impl Provider {
         Provider {
             inner: Arc::new(Inner {
                 delay,
+                ignores_keys: AtomicBool::new(false),
                 lose_next_reply: AtomicBool::new(false),
                 ledger: Mutex::new(Ledger::default()),
                 losses: Mutex::new(Vec::new()),
@@ -191,93 +173,39 @@ impl Provider {
         }
     }
 
+    /// Makes the provider ignore idempotency keys, as many real services
+    /// do: every call makes a refund, even under a key already used (the
+    /// key is still noted in [`received`](Provider::received)). A guarded
+    /// tool on such a provider keeps a retry from refunding twice only by
+    /// never acting again blindly: its errors
+    /// [classified](idempotent_tools::Classify), and a
+    /// [verification](idempotent_tools::call::Call::verify) that asks
+    /// [`refund_of`](Provider::refund_of). It changes the provider that
+    /// every clone shares.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use idempotent_tools_testing::Provider;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), idempotent_tools_testing::ProviderError> {
+    /// let provider = Provider::with_delay(Duration::ZERO).ignoring_keys();
+    /// let first = provider.refund("1182", 42, Some("run-1:refund:1182")).await?;
+    /// let again = provider.refund("1182", 42, Some("run-1:refund:1182")).await?;
+    /// assert_ne!(first, again);
+    /// assert_eq!(provider.refunds_of("1182"), 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn ignoring_keys(self) -> Provider {
+        self.inner.ignores_keys.store(true, Ordering::SeqCst);
+        self
+    }
+
     /// Makes the next call carry out its refund and then fail with
     /// [`ProviderError::ReplyLost`], as a timeout after the action would.
     /// Later calls answer normally.
     pub fn lose_next_reply(&self) {
         self.inner.lose_next_reply.store(true, Ordering::SeqCst);
-    }
-
-    /// Makes the next call on `order_id` stop at `at` and never answer, as
-    /// for a caller whose connection broke there: at [`Moment::Acted`] the
-    /// refund is made and the answer never comes back. The call stays
-    /// pending until its caller drops it (a timeout around it, a cancelled
-    /// task). Later calls answer normally. The returned [`LostCall`] says
-    /// when a call reached that moment, so a test drops its caller then,
-    /// and not at a moment the machine's timing picks.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use idempotent_tools_testing::{Moment, Provider};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), idempotent_tools_testing::ProviderError> {
-    /// let provider = Provider::with_delay(Duration::ZERO);
-    /// let lost = provider.lose_next_call("1182", Moment::Acted);
-    /// tokio::select! {
-    ///     _ = provider.refund("1182", 42, None) => unreachable!("a lost call never answers"),
-    ///     () = lost.reached() => {} // the caller gives up here
-    /// }
-    /// assert_eq!(provider.refunds_of("1182"), 1, "the refund was made all the same");
-    /// provider.refund("1182", 42, None).await?;
-    /// assert_eq!(provider.refunds_of("1182"), 2, "a retry without a key makes another");
-    /// # Ok(()) }
-    /// ```
-    pub fn lose_next_call(&self, order_id: &str, at: Moment) -> LostCall {
-        let reached = Arc::new(Reached::default());
-        let notice = Arc::clone(&reached);
-        self.on_next_call(order_id, at, move || {
-            notice.yes.store(true, Ordering::SeqCst);
-            notice.notify.notify_waiters();
-        });
-        LostCall { reached }
-    }
-
-    /// Loses the next call on `order_id` at `at`, running `on_reached` when
-    /// one gets there. Returns a ticket for [`Provider::keep_call`].
-    pub(crate) fn on_next_call(
-        &self,
-        order_id: &str,
-        at: Moment,
-        on_reached: impl FnOnce() + Send + 'static,
-    ) -> u64 {
-        let ticket = self.inner.tickets.fetch_add(1, Ordering::SeqCst);
-        self.losses().push(Loss {
-            ticket,
-            order_id: order_id.to_owned(),
-            at,
-            on_reached: Box::new(on_reached),
-        });
-        ticket
-    }
-
-    /// Takes back a loss no call has reached yet.
-    pub(crate) fn keep_call(&self, ticket: u64) {
-        self.losses().retain(|loss| loss.ticket != ticket);
-    }
-
-    /// If a loss waits for this call at this moment: tells it, and never
-    /// answers.
-    async fn lost_at(&self, order_id: &str, at: Moment) {
-        let loss = {
-            let mut losses = self.losses();
-            let found = losses
-                .iter()
-                .position(|loss| loss.order_id == order_id && loss.at == at);
-            found.map(|index| losses.remove(index))
-        };
-        if let Some(loss) = loss {
-            (loss.on_reached)();
-            std::future::pending::<()>().await;
-        }
-    }
-
-    fn losses(&self) -> MutexGuard<'_, Vec<Loss>> {
-        // Each statement under this lock leaves the list whole.
-        self.inner
-            .losses
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Refunds `usd` on `order_id`, under the idempotency `key` if one is
@@ -297,8 +225,9 @@ impl Provider {
             usd,
             key: key.map(str::to_owned),
         });
-        self.lost_at(order_id, Moment::BeforeActing).await;
+        self.lost_at(order_id, Moment::BeforeActing).await?;
         self.network().await;
+        let key = key.filter(|_| !self.inner.ignores_keys.load(Ordering::SeqCst));
         let refund = {
             let mut ledger = self.ledger();
             let kept = key.and_then(|key| ledger.by_key.get(key).copied());
@@ -311,6 +240,8 @@ impl Provider {
                         usd,
                     };
                     ledger.refunds.push(refund.clone());
+                    let visible = Visible::made_now(ledger.lag);
+                    ledger.visible.push(visible);
                     if let Some(key) = key {
                         let index = ledger.refunds.len() - 1;
                         ledger.by_key.insert(key.to_owned(), index);
@@ -319,7 +250,7 @@ impl Provider {
                 }
             }
         };
-        self.lost_at(order_id, Moment::Acted).await;
+        self.lost_at(order_id, Moment::Acted).await?;
         if self.inner.lose_next_reply.swap(false, Ordering::SeqCst) {
             return Err(ProviderError::ReplyLost);
         }
