@@ -1,5 +1,5 @@
 //! The compile-time half of [`idempotent-tools`](https://docs.rs/idempotent-tools):
-//! `#[idempotent(key = "...")]` and `#[derive(KeyPart)]`.
+//! `#[idempotent(key = "...")]`, `#[derive(KeyPart)]` and `#[derive(Classify)]`.
 //!
 //! Use them through the `idempotent-tools` crate, which re-exports both and holds
 //! the runtime the expansion calls into. The attribute checks the key
@@ -15,13 +15,14 @@
 //! the key, refusing what may not be keyed (`names` holds the names it
 //! reads as wording or as a call's id), and `expand` writes the tokens.
 //! `instrumented` finds the user's block under `#[tracing::instrument]`,
-//! and `key_part` is the derive.
+//! and `key_part` and `classify` are the derives.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 use proc_macro::TokenStream;
 
 mod ast;
+mod classify;
 mod errors;
 mod expand;
 mod instrumented;
@@ -210,4 +211,43 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_derive(KeyPart, attributes(key_part))]
 pub fn derive_key_part(input: TokenStream) -> TokenStream {
     key_part::derive(input.into()).into()
+}
+
+/// Says, for each variant of an error enum, whether the action may have
+/// taken effect before it (`idempotent_tools::Classify`).
+///
+/// A variant marked `#[classify(definite)]` did not take effect: the
+/// claim is released, and a retry acts. One marked `#[classify(unknown)]`
+/// may have: the claim is never released on it (see `verify` on
+/// `#[idempotent]`). An unmarked variant with exactly one field delegates
+/// to that field, which implements `Classify` (`std::io::Error`, the
+/// guard's own `Error`, another derived error); a marker overrides it. An
+/// unmarked variant with no field or several is refused: which it is must
+/// be said.
+///
+/// ```
+/// use idempotent_tools::{Classify, Failure};
+///
+/// #[derive(Debug, thiserror::Error, Classify)]
+/// enum RefundError {
+///     #[error("the card was declined")]
+///     #[classify(definite)]
+///     Declined,
+///     #[error("the payment service did not answer in time")]
+///     #[classify(unknown)]
+///     TimedOut,
+///     #[error("the payment service's connection failed")]
+///     Network(#[from] std::io::Error),
+///     #[error(transparent)]
+///     Idempotency(#[from] idempotent_tools::Error),
+/// }
+///
+/// let reset = RefundError::Network(std::io::ErrorKind::ConnectionReset.into());
+/// assert_eq!(reset.failure(), Failure::Unknown);
+/// assert_eq!(RefundError::Declined.failure(), Failure::Definite);
+/// assert_eq!(RefundError::TimedOut.failure(), Failure::Unknown);
+/// ```
+#[proc_macro_derive(Classify, attributes(classify))]
+pub fn derive_classify(input: TokenStream) -> TokenStream {
+    classify::derive(input.into()).into()
 }
