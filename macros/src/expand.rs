@@ -178,12 +178,21 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
     // its return type, so that a bound that fails is reported there once.
     let at_ret = krate.private_at(ret_span);
     let run = if input.options.record_errors {
-        quote_spanned!(ret_span=> #at_ret::run_recording_errors::<#ret, _>(#call, async move #block))
+        quote_spanned!(ret_span=>
+            #at_ret::run_recording_errors::<#ret, _>(#call, async move #block).await
+        )
     } else {
-        let errors = classification(krate, &ret, ret_span);
-        quote_spanned!(ret_span=> #at_ret::run::<#ret, _, _>(#call, async move #block, #errors))
+        // The classification is found in a statement of its own, with no
+        // type expected of it, and handed before the body: `run` then
+        // takes its type as found, and an error type that classifies but
+        // misses a bound is told so.
+        let errors = Ident::new("__idempotent_errors", def);
+        let classified = classification(krate, &ret, ret_span);
+        quote_spanned!(ret_span=>
+            let #errors = #classified;
+            #at_ret::run::<#ret, _, _>(#call, #errors, async move #block).await
+        )
     };
-    let run = quote_spanned!(ret_span=> #run.await);
     let transaction = input
         .params
         .transaction
@@ -250,8 +259,8 @@ fn classification(krate: &Krate, ret: &TokenStream, ret_span: Span) -> TokenStre
 
 /// `verify = path`: the prepared call gets the tool's verification, given
 /// a clone of the receiver (for a method), then of each argument of the ask
-/// and of the context, taken before the body runs. The
-/// function is checked against the arguments and the result at `path`.
+/// and of the context, taken before the body runs. The function is checked
+/// against the arguments and the result at `path`.
 fn verification(input: &Input, call: &Ident, ret: &TokenStream) -> TokenStream {
     let Some(path) = &input.options.verify else {
         return TokenStream::new();
@@ -275,8 +284,17 @@ fn verification(input: &Input, call: &Ident, ret: &TokenStream) -> TokenStream {
             quote_spanned!(at=> ::core::clone::Clone::clone(&#ident))
         });
     let args = receiver.into_iter().chain(args);
+    // Bound first, so that their types are known when the function is
+    // checked against them, and a function that does not fit is told the
+    // signature it should have (rather than inferring the arguments' types
+    // from the function).
+    let bound = Ident::new(
+        "__idempotent_verify_args",
+        Span::mixed_site().located_at(at),
+    );
     quote_spanned! {at=>
-        let #call = #private::verified::<#ret, _, _>(#call, #path, (#(#args,)*));
+        let #bound = (#(#args,)*);
+        let #call = #private::verified::<#ret, _, _>(#call, #bound, #path);
     }
 }
 

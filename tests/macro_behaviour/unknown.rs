@@ -165,9 +165,8 @@ async fn with_verify_a_refund_of_another_amount_is_left_unknown_and_not_made_aga
     let run = run("verified-contradicts");
     let provider = Provider::new();
     // An earlier run refunded 41 on the order.
-    refund_verified(earlier, "1182".into(), 41, Arc::clone(&provider))
-        .await
-        .expect("refunded");
+    let earlier = refund_verified(earlier, "1182".into(), 41, Arc::clone(&provider)).await;
+    assert!(earlier.expect("refunded").is_fresh());
     provider.time_out_after_next.store(true, Ordering::SeqCst);
 
     let first = refund_verified(run.clone(), "1182".into(), 42, Arc::clone(&provider)).await;

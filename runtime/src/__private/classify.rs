@@ -66,7 +66,8 @@ pub trait DefiniteErrors {
 
 impl<R> DefiniteErrors for Errors<R> {}
 
-/// Which of the tool's errors may have taken effect, for the guard.
+/// Which of the tool's errors may have taken effect, for the guard, given
+/// the classification found for the error type `E`.
 #[diagnostic::on_unimplemented(
     message = "`{E}` implements `Classify`, so its text is recorded with an unknown outcome for the operator: it needs `Display`",
     label = "the error of this tool says whether the action may have taken effect",
@@ -84,36 +85,59 @@ impl<E> Unknowns<E> for Definite {
     }
 }
 
+// Not recommended: a miss is reported as this trait's, in its words.
+#[diagnostic::do_not_recommend]
 impl<E: Classify + Display> Unknowns<E> for Classified {
     fn unknown(self) -> Option<fn(&E) -> Option<String>> {
         Some(guard::unknown_error::<E>)
     }
 }
 
-/// A tool's `verify` function: given the key and, by value, a clone of the
-/// tool's `Self` (for a method) and of each argument but free text, call
-/// ids and the transaction (taken before the body runs), it answers
-/// whether the action happened.
+/// The arguments a tool hands its verification, as a tuple, and the
+/// signature that takes them: `fn(Key, A0, A1, ..) -> Verified<T>`, named
+/// in full when a `verify` function does not fit.
+pub trait Arguments<T> {
+    /// The verification's signature.
+    type Signature;
+}
+
+/// A tool's `verify` function, of the signature `S` (see [`Arguments`]):
+/// given the key and, by value, a clone of the tool's `Self` (for a
+/// method) and of each argument but free text, call ids and the
+/// transaction (taken before the body runs), it answers whether the action
+/// happened.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` does not fit as this tool's `verify`: expected `async fn(Key, ...) -> Verified<{T}>`, taking the key and then, by value, the tool's `Self` (for a method) and each argument of the ask and of the context, in order: `{Args}`",
-    label = "this function asks the provider whether the action happened",
-    note = "a verification is `async fn check(key: idempotent_tools::call::Key, <each argument, in order, by value>) -> idempotent_tools::Verified<{T}>`, where `{T}` is the tool's result; its future is `Send`, and each argument is `Clone + Send + Sync + 'static`",
-    note = "the arguments are the tool's own but free text, call ids and the transaction: each a clone, taken before the body runs"
+    message = "`{Self}` does not fit as this tool's `verify`: expected `async {S}`",
+    label = "expected `async {S}`",
+    note = "a verification takes the key, then, by value and in order, the tool's `Self` (for a method) and each argument but free text, call ids and the transaction, each a clone taken before the body runs; it answers with `Verified<T>`, `T` the tool's result",
+    note = "its future is `Send`, and each argument is `Clone + Send + Sync + 'static`"
 )]
-pub trait Verification<Args, T> {
+pub trait Verification<S> {
+    /// The arguments, as a tuple.
+    type Args;
+
     /// The call, with this verification and its arguments bound.
-    fn verify(self, call: Call, args: Args) -> Call;
+    fn verify(self, call: Call, args: Self::Args) -> Call;
 }
 
 macro_rules! verification {
     ($($arg:ident $at:tt),*) => {
-        impl<F, Fut, T, $($arg),*> Verification<($($arg,)*), T> for F
+        impl<T, $($arg),*> Arguments<T> for ($($arg,)*) {
+            type Signature = fn(Key, $($arg),*) -> Verified<T>;
+        }
+
+        // Not recommended: a function that does not fit is told the
+        // signature expected, rather than which of its parts differs.
+        #[diagnostic::do_not_recommend]
+        impl<F, Fut, T, $($arg),*> Verification<fn(Key, $($arg),*) -> Verified<T>> for F
         where
             F: Fn(Key, $($arg),*) -> Fut + Send + Sync + 'static,
             Fut: Future<Output = Verified<T>> + Send + 'static,
             T: Serialize + DeserializeOwned + Send + Sync + 'static,
             $($arg: Clone + Send + Sync + 'static,)*
         {
+            type Args = ($($arg,)*);
+
             #[allow(unused_variables)]
             fn verify(self, call: Call, args: ($($arg,)*)) -> Call {
                 call.with_verifier(Verifier::new(move |key| {
@@ -141,10 +165,16 @@ verification!(A0 0, A1 1, A2 2, A3 3, A4 4, A5 5, A6 6, A7 7, A8 8, A9 9, A10 10
 
 /// The prepared call with the tool's verification (`verify = path`),
 /// checked at `path` against the tool's arguments and result.
-pub fn verified<R, F, A>(call: Result<Call, Error>, check: F, args: A) -> Result<Call, Error>
+///
+/// The expansion binds `args` before this call, and they come before
+/// `check`, so that their types are known when `check` is checked: a
+/// function that does not fit is told the signature it should have,
+/// rather than having the arguments' types inferred from it.
+pub fn verified<R, A, F>(call: Result<Call, Error>, args: A, check: F) -> Result<Call, Error>
 where
     R: GuardedReturn,
-    F: Verification<A, R::Value>,
+    A: Arguments<R::Value>,
+    F: Verification<A::Signature, Args = A>,
 {
     call.map(|call| check.verify(call, args))
 }

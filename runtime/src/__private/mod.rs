@@ -32,8 +32,8 @@ mod site;
 pub mod transaction;
 
 pub use classify::{
-    Classified, ClassifiedErrors, Definite, DefiniteErrors, Errors, Unknowns, Verification,
-    verified,
+    Arguments, Classified, ClassifiedErrors, Definite, DefiniteErrors, Errors, Unknowns,
+    Verification, verified,
 };
 pub use method_tool::{MethodTool, type_identity};
 pub use prepare::{Arg, FingerprintArg, Piece, note, prepare, store};
@@ -183,7 +183,10 @@ pub fn vouched(arg: Arg<'_>) -> Arg<'_> {
 /// [`Errors`]): an unknown failure then never releases the claim, as with
 /// [`Call::run_classified`]. Otherwise it is [`Definite`], and the call is
 /// driven as [`Call::run`] drives it.
-pub fn run<R, F, U>(call: Result<Call, Error>, body: F, errors: U) -> impl Future<Output = R>
+///
+/// `errors` comes before `body`, so that its type is known before the body
+/// is checked.
+pub fn run<R, U, F>(call: Result<Call, Error>, errors: U, body: F) -> impl Future<Output = R>
 where
     R: GuardedReturn,
     F: Future<Output = Result<R::Value, R::Error>>,
