@@ -154,7 +154,7 @@ pub use idempotent_tools_runtime::*;
 // The attribute and the derive are documented, with examples written
 // against this crate, where they are defined: a doc comment here would be
 // shown above theirs, and their summaries twice.
-pub use idempotent_tools_macros::{KeyPart, idempotent};
+pub use idempotent_tools_macros::{Classify, KeyPart, idempotent};
 
 /// The manual, a chapter a module: what a guarded call does, what may go in
 /// a key, the stores, operations, and the rig and rmcp adapters. The README

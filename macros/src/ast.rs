@@ -42,6 +42,7 @@ impl Input {
         let options = options::parse(args, errors);
         let params = params::read(&item.sig, errors);
         check_transaction(&options, &params, errors);
+        check_verify(&options, errors);
         let ret = signature::check(&item.sig, errors).cloned();
         let template = options.key.as_ref().map(|lit| template::parse(lit, errors));
         let rmcp_tool = item.rmcp_tool().is_some();
@@ -72,6 +73,37 @@ impl Input {
                 Segment::Literal(_) => None,
             })
             .collect()
+    }
+}
+
+/// `takeover = "verify"` and `settle` need a verification to ask; a
+/// transaction needs none.
+fn check_verify(options: &Options, errors: &mut Errors) {
+    if options.verify.is_some() {
+        if let Some(at) = options.transaction {
+            errors.add(
+                at,
+                "`verify` cannot go with `transaction`: a holder that stopped mid-action \
+                 cannot have committed its writes without its record, so there is nothing to \
+                 ask the provider; leave out `verify`",
+            );
+        }
+        return;
+    }
+    if let (Some(Takeover::Verify), Some(at)) = (options.takeover, options.takeover_at) {
+        errors.add(
+            at,
+            "`takeover = \"verify\"` asks the provider whether a crashed holder acted, which \
+             needs a verification: add `verify = find_refund`, naming \
+             `async fn find_refund(key: Key, <each argument of the ask>) -> Verified<T>`",
+        );
+    }
+    if let Some(settle) = &options.settle {
+        errors.add(
+            settle.span,
+            "`settle` is how long the provider's lookups lag behind its writes, which only a \
+             verification reads: add `verify = find_refund`, or leave out `settle`",
+        );
     }
 }
 

@@ -178,11 +178,21 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
     // its return type, so that a bound that fails is reported there once.
     let at_ret = krate.private_at(ret_span);
     let run = if input.options.record_errors {
-        quote_spanned!(ret_span=> #at_ret::run_recording_errors::<#ret, _>)
+        quote_spanned!(ret_span=>
+            #at_ret::run_recording_errors::<#ret, _>(#call, async move #block).await
+        )
     } else {
-        quote_spanned!(ret_span=> #at_ret::run::<#ret, _>)
+        // The classification is found in a statement of its own, with no
+        // type expected of it, and handed before the body: `run` then
+        // takes its type as found, and an error type that classifies but
+        // misses a bound is told so.
+        let errors = Ident::new("__idempotent_errors", def);
+        let classified = classification(krate, &ret, ret_span);
+        quote_spanned!(ret_span=>
+            let #errors = #classified;
+            #at_ret::run::<#ret, _, _>(#call, #errors, async move #block).await
+        )
     };
-    let run = quote_spanned!(ret_span=> #run(#call, async move #block).await);
     let transaction = input
         .params
         .transaction
@@ -223,12 +233,68 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
     let prepared = quote_spanned!(def=>
         #private::prepare(#tool, &[#(#pieces),*], &[#(#fingerprint_steps),*], #policy, #store)
     );
+    let verified = verification(input, &call, &ret);
     let rmcp_checks = rmcp_checks(input);
     quote_spanned! {def=>
         #(#inner_attrs)*
         #rmcp_checks
         let #call = #prepared;
+        #verified
         #run
+    }
+}
+
+/// Whether the tool's error implements `Classify`, found while the tool
+/// compiles: `Classified` if it does, `Definite` if not (see the runtime's
+/// `__private::Errors`). The traits are imported in a block of their own,
+/// so the user's code never sees them.
+fn classification(krate: &Krate, ret: &TokenStream, ret_span: Span) -> TokenStream {
+    let private = krate.private_at(ret_span);
+    quote_spanned! {ret_span=> {
+        #[allow(unused_imports)]
+        use #private::{ClassifiedErrors as _, DefiniteErrors as _};
+        (&&#private::Errors::<#ret>::new()).classification()
+    }}
+}
+
+/// `verify = path`: the prepared call gets the tool's verification, given
+/// a clone of the receiver (for a method), then of each argument of the ask
+/// and of the context, taken before the body runs. The function is checked
+/// against the arguments and the result at `path`.
+fn verification(input: &Input, call: &Ident, ret: &TokenStream) -> TokenStream {
+    let Some(path) = &input.options.verify else {
+        return TokenStream::new();
+    };
+    let at = path.span();
+    let private = input.krate.private_at(at);
+    let ret = respan(ret.clone(), at);
+    // The receiver, then the ask's and the context's arguments, in order.
+    let receiver = input.params.receiver.map(|at| {
+        let receiver = Ident::new("self", at);
+        quote_spanned!(at=> <Self as ::core::clone::Clone>::clone(&#receiver))
+    });
+    let args = input
+        .params
+        .bindings
+        .iter()
+        .filter(|b| matches!(b.role, Role::Plain | Role::Context))
+        .map(|b| {
+            let at = Span::call_site().located_at(b.type_span);
+            let ident = &b.ident;
+            quote_spanned!(at=> ::core::clone::Clone::clone(&#ident))
+        });
+    let args = receiver.into_iter().chain(args);
+    // Bound first, so that their types are known when the function is
+    // checked against them, and a function that does not fit is told the
+    // signature it should have (rather than inferring the arguments' types
+    // from the function).
+    let bound = Ident::new(
+        "__idempotent_verify_args",
+        Span::mixed_site().located_at(at),
+    );
+    quote_spanned! {at=>
+        let #bound = (#(#args,)*);
+        let #call = #private::verified::<#ret, _, _>(#call, #bound, #path);
     }
 }
 
@@ -329,10 +395,21 @@ fn static_policy(options: &Options, krate: &Krate, def: Span) -> TokenStream {
             ));
         }
     }
-    if let Some(takeover) = options.takeover {
+    if let Some(settle) = &options.settle {
+        let millis = settle.millis;
+        let at = Span::call_site().located_at(settle.span);
+        fields.extend(quote_spanned!(at=>
+            settle: ::core::time::Duration::from_millis(#millis),
+        ));
+    }
+    // A tool with a verification asks it on a takeover, unless it says
+    // otherwise, as `Call::verify` does.
+    let verifies = options.verify.as_ref().map(|_| Takeover::Verify);
+    if let Some(takeover) = options.takeover.or(verifies) {
         let variant = match takeover {
             Takeover::Rerun => quote!(Rerun),
             Takeover::ReportUnknown => quote!(ReportUnknown),
+            Takeover::Verify => quote!(Verify),
         };
         fields.extend(quote_spanned!(def=> takeover: #at_def::call::Takeover::#variant,));
     }

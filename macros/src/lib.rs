@@ -1,5 +1,5 @@
 //! The compile-time half of [`idempotent-tools`](https://docs.rs/idempotent-tools):
-//! `#[idempotent(key = "...")]` and `#[derive(KeyPart)]`.
+//! `#[idempotent(key = "...")]`, `#[derive(KeyPart)]` and `#[derive(Classify)]`.
 //!
 //! Use them through the `idempotent-tools` crate, which re-exports both and holds
 //! the runtime the expansion calls into. The attribute checks the key
@@ -15,13 +15,14 @@
 //! the key, refusing what may not be keyed (`names` holds the names it
 //! reads as wording or as a call's id), and `expand` writes the tokens.
 //! `instrumented` finds the user's block under `#[tracing::instrument]`,
-//! and `key_part` is the derive.
+//! and `key_part` and `classify` are the derives.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
 use proc_macro::TokenStream;
 
 mod ast;
+mod classify;
 mod errors;
 mod expand;
 mod instrumented;
@@ -131,8 +132,19 @@ mod values;
 ///   unit of `ms`, `s`, `m`, `h` or `d`;
 /// - `record_errors`: an `Err` is final, recorded and replayed, instead of
 ///   releasing the claim for a retry;
-/// - `takeover = "rerun" | "report_unknown"`: what a takeover from a crashed
-///   holder does;
+/// - `takeover = "rerun" | "verify" | "report_unknown"`: what a takeover
+///   from a crashed holder does. **Left out, it is `"rerun"`** (or
+///   `"verify"` with `verify = ...`): the action runs again, which is safe
+///   only where the provider deduplicates by the key the action hands it
+///   (see [below](#when-the-provider-may-have-acted));
+/// - `verify = path`: the async fn that asks the provider whether the
+///   action happened, after a failure that may have taken effect and on a
+///   takeover (see [below](#when-the-provider-may-have-acted)). Not with
+///   `transaction`;
+/// - `settle = "2s"`: how long the provider's lookups lag behind its
+///   writes: the verification's `NotApplied` is trusted only once this long
+///   has passed since the action may last have run (none by default). Only
+///   with `verify`;
 /// - `note = "..."`, `conflict_note = "..."`: what a replay or a conflict
 ///   tells the model;
 /// - `transaction` (Postgres): the body runs in a transaction on the
@@ -151,6 +163,118 @@ mod values;
 ///   types in one module are two tools. A tool nested in functions carries
 ///   their names too (`module::billing::apply`), so that an `apply` in
 ///   `fn billing()` and one in `fn shipping()` are two tools.
+///
+/// # When the provider may have acted
+///
+/// An error after the request may have reached the provider (a timeout, a
+/// reset connection) does not mean the action did not happen. A tool whose
+/// error type implements `Classify` (by hand, or with
+/// [`#[derive(Classify)]`](macro@Classify)) says so: found while the tool
+/// compiles, with nothing to write at the attribute. A definite error
+/// releases the claim and a retry acts; an unknown one never does. It goes
+/// to the tool's verification if it has one, or else is recorded as an
+/// unknown outcome, and every later call gets `Error::UnknownOutcome` until
+/// an operator forgets the key. An error type that does not implement
+/// `Classify` is definite throughout: every error releases the claim.
+///
+/// `verify = find_refund` names an `async fn` that takes the call's `Key`,
+/// then a clone of each of the tool's arguments, in order and by value
+/// (`self`'s type first for a method), but free text, call ids and the
+/// transaction, and answers with `Verified<T>`, `T` the tool's result:
+/// `Applied(result)` (recorded, and replayed from then on), `NotApplied`
+/// (acting is safe once the `settle` time has passed), `NotYet` (asked
+/// again, within the call's `wait`), or `Contradicts(why)` (recorded as
+/// unknown, for an operator). A function of another signature is refused
+/// with the signature expected.
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+///
+/// use idempotent_tools::call::Key;
+/// use idempotent_tools::{Classify, Outcome, Run, Verified, idempotent};
+///
+/// /// A payment service that takes no idempotency key, and lists the
+/// /// refunds it made by order.
+/// #[derive(Default)]
+/// struct Payments {
+///     refunds: Mutex<Vec<(String, u64)>>,
+/// }
+///
+/// #[derive(Debug, thiserror::Error, Classify)]
+/// enum RefundError {
+///     #[error("the card was declined")]
+///     #[classify(definite)]
+///     Declined,
+///     #[error("the payment service did not answer in time")]
+///     #[classify(unknown)]
+///     TimedOut,
+///     #[error(transparent)]
+///     Idempotency(#[from] idempotent_tools::Error),
+/// }
+///
+/// /// Asks the payment service whether this refund was made: the key, then
+/// /// the tool's arguments.
+/// async fn find_refund(
+///     _key: Key,
+///     _run: Run,
+///     order_id: String,
+///     usd: u64,
+///     payments: Arc<Payments>,
+/// ) -> Verified<u64> {
+///     let refunds = payments.refunds.lock().unwrap();
+///     match refunds.iter().find(|(order, _)| *order == order_id) {
+///         Some((_, made)) if *made == usd => Verified::Applied(usd),
+///         Some((_, made)) => Verified::Contradicts(format!("refunded {made} instead")),
+///         None => Verified::NotApplied,
+///     }
+/// }
+///
+/// #[idempotent(key = "<run>:refund:<order_id>", verify = find_refund, settle = "2s")]
+/// async fn refund_order(
+///     run: Run,
+///     order_id: String,
+///     usd: u64,
+///     #[context] payments: Arc<Payments>,
+/// ) -> Result<Outcome<u64>, RefundError> {
+///     let _ = run;
+///     if usd == 0 {
+///         return Err(RefundError::Declined);
+///     }
+///     payments.refunds.lock().unwrap().push((order_id, usd));
+///     // The refund is made, but its answer is lost on the way back.
+///     Err(RefundError::TimedOut)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let payments = Arc::new(Payments::default());
+/// let run = Run::new("run-7")?;
+/// // The timeout may have come after the refund: the service is asked, and
+/// // says it was made.
+/// let first = refund_order(run.clone(), "1182".into(), 42, payments.clone()).await?;
+/// assert_eq!(first.value(), Some(&42));
+/// // A retry replays it, and refunds nothing.
+/// let again = refund_order(run, "1182".into(), 42, payments.clone()).await?;
+/// assert!(again.is_replay());
+/// assert_eq!(payments.refunds.lock().unwrap().len(), 1);
+/// # Ok(()) }
+/// ```
+///
+/// **A takeover reruns the action unless the tool says otherwise.** When
+/// a holder stops mid-action (a crash, a lost host) and its lease runs
+/// out, the next call takes the claim over. Nothing recorded says whether
+/// the provider acted, and `takeover` decides:
+///
+/// - `"rerun"`, the default without `verify`: the action runs again. Safe
+///   where the provider deduplicates by the key the action hands it
+///   (`current_key()`, as payment APIs take an idempotency key); where it
+///   does not, a holder that crashed after the provider acted has its
+///   action done twice. A tool whose provider takes no key should name
+///   `verify` or `takeover = "report_unknown"`;
+/// - `"verify"`, the default with `verify`: the verification is asked, as
+///   after an unknown error;
+/// - `"report_unknown"`: the action is not run; the outcome is recorded as
+///   unknown, for an operator.
 ///
 /// # The function
 ///
@@ -210,4 +334,49 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_derive(KeyPart, attributes(key_part))]
 pub fn derive_key_part(input: TokenStream) -> TokenStream {
     key_part::derive(input.into()).into()
+}
+
+/// Says, for each variant of an error enum, whether the action may have
+/// taken effect before it (`idempotent_tools::Classify`).
+///
+/// A variant marked `#[classify(definite)]` did not take effect: the
+/// claim is released, and a retry acts. One marked `#[classify(unknown)]`
+/// may have: the claim is never released on it (see `verify` on
+/// `#[idempotent]`). An unmarked variant with exactly one field delegates
+/// to that field, which implements `Classify` (`std::io::Error`, the
+/// guard's own `Error`, another derived error); a marker overrides it. An
+/// unmarked variant with no field or several is refused: which it is must
+/// be said.
+///
+/// On a tool's error type, the `#[idempotent]` attribute finds it while the
+/// tool compiles: an unknown failure never releases the claim (see [When
+/// the provider may have acted](macro@idempotent#when-the-provider-may-have-acted)).
+/// A type that classifies needs `Display`: its text is recorded with the
+/// unknown outcome, for the operator.
+///
+/// ```
+/// use idempotent_tools::{Classify, Failure};
+///
+/// #[derive(Debug, thiserror::Error, Classify)]
+/// enum RefundError {
+///     #[error("the card was declined")]
+///     #[classify(definite)]
+///     Declined,
+///     #[error("the payment service did not answer in time")]
+///     #[classify(unknown)]
+///     TimedOut,
+///     #[error("the payment service's connection failed")]
+///     Network(#[from] std::io::Error),
+///     #[error(transparent)]
+///     Idempotency(#[from] idempotent_tools::Error),
+/// }
+///
+/// let reset = RefundError::Network(std::io::ErrorKind::ConnectionReset.into());
+/// assert_eq!(reset.failure(), Failure::Unknown);
+/// assert_eq!(RefundError::Declined.failure(), Failure::Definite);
+/// assert_eq!(RefundError::TimedOut.failure(), Failure::Unknown);
+/// ```
+#[proc_macro_derive(Classify, attributes(classify))]
+pub fn derive_classify(input: TokenStream) -> TokenStream {
+    classify::derive(input.into()).into()
 }

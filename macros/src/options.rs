@@ -43,7 +43,14 @@ const OPTIONS: &[(&str, Read)] = &[
         o.record_errors = values::record_errors(value, errors);
     }),
     ("takeover", |o, name, value, errors| {
+        o.takeover_at = Some(value.as_ref().map_or(name.span(), Spanned::span));
         o.takeover = values::takeover(name, value, errors);
+    }),
+    ("verify", |o, name, value, errors| {
+        o.verify = values::verify(name, value, errors);
+    }),
+    ("settle", |o, name, value, errors| {
+        o.settle = values::duration(name, value, Zero::Allow, errors);
     }),
     ("note", |o, name, value, errors| {
         o.note = values::note(name, value, errors);
@@ -83,6 +90,11 @@ const SYNONYMS: &[(&str, &str)] = &[
     ("transactional", "transaction"),
     ("tx", "transaction"),
     ("tool_name", "tool"),
+    ("verifier", "verify"),
+    ("verification", "verify"),
+    ("check", "verify"),
+    ("lag", "settle"),
+    ("settle_time", "settle"),
 ];
 
 /// The options, read and checked.
@@ -95,6 +107,14 @@ pub struct Options {
     pub lease: Option<Duration>,
     pub record_errors: bool,
     pub takeover: Option<Takeover>,
+    /// Where `takeover` is written.
+    pub takeover_at: Option<Span>,
+    /// `verify = path`: the function that asks the provider whether the
+    /// action happened.
+    pub verify: Option<syn::Path>,
+    /// `settle = "2s"`: how long the provider's lookups lag behind its
+    /// writes.
+    pub settle: Option<Duration>,
     pub note: Option<LitStr>,
     pub conflict_note: Option<LitStr>,
     pub tool: Option<LitStr>,

@@ -22,6 +22,7 @@ const UNITS: &[(&str, u64)] = &[
 pub enum Takeover {
     Rerun,
     ReportUnknown,
+    Verify,
 }
 
 /// A duration option, in milliseconds.
@@ -192,30 +193,52 @@ pub fn transaction(name: &Ident, value: Option<Expr>, errors: &mut Errors) -> Op
 }
 
 pub fn takeover(name: &Ident, value: Option<Expr>, errors: &mut Errors) -> Option<Takeover> {
-    const CHOICES: [&str; 2] = ["rerun", "report_unknown"];
+    const CHOICES: [&str; 3] = ["rerun", "verify", "report_unknown"];
+    const MEANING: &str = "\"rerun\" (run the action again; the provider's own key deduplicates), \
+         \"verify\" (ask the provider through `verify = ...` whether it happened) or \
+         \"report_unknown\" (do not run it; report the outcome as unknown)";
     let lit = value.as_ref().and_then(string_literal);
     let Some(lit) = lit else {
         let span = value.as_ref().map_or(name.span(), Spanned::span);
         errors.add(
             span,
-            "`takeover` says what to do when a crashed holder's claim is taken over: write \
-             `takeover = \"rerun\"` (run the action again; the provider's own key deduplicates) \
-             or `takeover = \"report_unknown\"` (do not run it; report the outcome as unknown)",
+            format!(
+                "`takeover` says what to do when a crashed holder's claim is taken over: write \
+                 `takeover = ` {MEANING}"
+            ),
         );
         return None;
     };
     match lit.value().as_str() {
         "rerun" => Some(Takeover::Rerun),
         "report_unknown" => Some(Takeover::ReportUnknown),
+        "verify" => Some(Takeover::Verify),
         other => {
             let hint = suggest::did_you_mean(other, CHOICES, |c| format!("\"{c}\""));
             errors.add(
                 lit.span(),
                 format!(
-                    "`takeover` is \"rerun\" (run the action again when a crashed holder's claim \
-                     is taken over) or \"report_unknown\" (do not run it; report the outcome as \
-                     unknown), not \"{other}\".{hint}"
+                    "`takeover` is {MEANING} when a crashed holder's claim is taken over, \
+                     not \"{other}\".{hint}"
                 ),
+            );
+            None
+        }
+    }
+}
+
+/// `verify = path`: the function that asks the provider whether the action
+/// happened.
+pub fn verify(name: &Ident, value: Option<Expr>, errors: &mut Errors) -> Option<syn::Path> {
+    match value {
+        Some(Expr::Path(path)) if path.qself.is_none() => Some(path.path),
+        value => {
+            let span = value.as_ref().map_or(name.span(), Spanned::span);
+            errors.add(
+                span,
+                "`verify` names the async fn that asks the provider whether the action happened: \
+                 write `verify = find_refund`, for \
+                 `async fn find_refund(key: Key, <each argument of the ask>) -> Verified<T>`",
             );
             None
         }

@@ -61,6 +61,11 @@ pub enum Failure {
 /// assert_eq!(timed_out.failure(), Failure::Unknown);
 /// assert_eq!(RefundError::Declined.failure(), Failure::Definite);
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` does not say whether the action may have taken effect before it failed",
+    label = "this error is classified as definite or unknown",
+    note = "implement `idempotent_tools::Classify` for it, or, in `#[derive(Classify)]`, mark the variant `#[classify(definite)]` (the action did not take effect) or `#[classify(unknown)]` (it may have)"
+)]
 pub trait Classify {
     /// Whether the action may have taken effect before this error.
     fn failure(&self) -> Failure;
@@ -80,6 +85,19 @@ impl Classify for io::Error {
                 Failure::Definite
             }
             _ => Failure::Unknown,
+        }
+    }
+}
+
+/// The guard's own errors, as a tool that calls another guarded tool gets
+/// them: definite when the inner action did not run
+/// ([`Error::action_ran`](crate::Error::action_ran) is `Some(false)`),
+/// unknown when it ran or may have.
+impl Classify for crate::Error {
+    fn failure(&self) -> Failure {
+        match self.action_ran() {
+            Some(false) => Failure::Definite,
+            Some(true) | None => Failure::Unknown,
         }
     }
 }

@@ -21,6 +21,15 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
 
 /// What to do when a claim is taken over from a holder that stopped
 /// mid-action (its lease expired): it may or may not have acted.
+///
+/// **The default, [`Rerun`](Takeover::Rerun), runs the action again.** It
+/// is safe only where the provider deduplicates by the key the action hands
+/// it ([`current_key`](crate::current_key)). Where the provider takes no
+/// key, a holder that crashed after the provider acted, and before its
+/// record was written, has its action done twice: such a call site names
+/// [`Verify`](Takeover::Verify), with a verification that asks the provider,
+/// or [`ReportUnknown`](Takeover::ReportUnknown). (With `#[idempotent]`,
+/// `verify = ...` makes `Verify` the default; see `takeover` there.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Takeover {

@@ -11,3 +11,4 @@ mod handler;
 mod keys;
 mod options;
 mod release;
+mod unknown;

@@ -1,8 +1,8 @@
 //! The stand-in payment provider the cases count refunds at, and the
 //! tool's error and result.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use idempotent_tools::{Error, RunError};
 use serde::{Deserialize, Serialize};
@@ -17,6 +17,8 @@ pub enum PayError {
     Run(#[from] RunError),
     #[error("the provider declined")]
     Declined,
+    #[error("the provider did not answer in time")]
+    TimedOut,
 }
 
 /// A refund the provider made.
@@ -41,6 +43,10 @@ pub struct Provider {
     pub fail_next: AtomicBool,
     /// The next call panics.
     pub panic_next: AtomicBool,
+    /// The next call refunds, then times out before it answers.
+    pub time_out_after_next: AtomicBool,
+    /// The refunds made, for lookups. The provider takes no key.
+    made: Mutex<Vec<Refund>>,
 }
 
 impl Provider {
@@ -81,10 +87,21 @@ impl Provider {
         if self.fail_next.swap(false, Ordering::SeqCst) {
             return Err(PayError::Declined);
         }
-        Ok(Refund {
+        let refund = Refund {
             provider_call,
             order_id,
             usd,
-        })
+        };
+        self.made.lock().expect("ledger").push(refund.clone());
+        if self.time_out_after_next.swap(false, Ordering::SeqCst) {
+            return Err(PayError::TimedOut);
+        }
+        Ok(refund)
+    }
+
+    /// The first refund made on an order, as the provider lists it.
+    pub fn refund_of(&self, order_id: &str) -> Option<Refund> {
+        let made = self.made.lock().expect("ledger");
+        made.iter().find(|r| r.order_id == order_id).cloned()
     }
 }

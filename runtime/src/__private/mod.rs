@@ -24,12 +24,17 @@ use crate::guard::{self, Call};
 use crate::key::{self, KeyPart};
 use crate::outcome::{Outcome, ToolOutput};
 
+mod classify;
 mod method_tool;
 mod prepare;
 pub mod rmcp;
 mod site;
 pub mod transaction;
 
+pub use classify::{
+    Arguments, Classified, ClassifiedErrors, Definite, DefiniteErrors, Errors, Unknowns,
+    Verification, verified,
+};
 pub use method_tool::{MethodTool, type_identity};
 pub use prepare::{Arg, FingerprintArg, Piece, note, prepare, store};
 pub use site::FnTool;
@@ -172,12 +177,22 @@ pub fn vouched(arg: Arg<'_>) -> Arg<'_> {
 /// and `return` in the body infer. The future resolves to the tool's own
 /// return type, so a tool awaits one call and checks no conversion of its
 /// own: what each tool makes the compiler check is this signature.
-pub fn run<R, F>(call: Result<Call, Error>, body: F) -> impl Future<Output = R>
+///
+/// `errors` is [`Classified`] when the tool's error implements
+/// [`Classify`](crate::Classify), found while the tool compiles (see
+/// [`Errors`]): an unknown failure then never releases the claim, as with
+/// [`Call::run_classified`]. Otherwise it is [`Definite`], and the call is
+/// driven as [`Call::run`] drives it.
+///
+/// `errors` comes before `body`, so that its type is known before the body
+/// is checked.
+pub fn run<R, U, F>(call: Result<Call, Error>, errors: U, body: F) -> impl Future<Output = R>
 where
     R: GuardedReturn,
     F: Future<Output = Result<R::Value, R::Error>>,
+    U: Unknowns<R::Error>,
 {
-    Returning::<_, R>::new(guard::drive(call, body, None))
+    Returning::<_, R>::new(guard::drive_classified(call, body, None, errors.unknown()))
 }
 
 /// [`run`] with final errors recorded (`record_errors`).

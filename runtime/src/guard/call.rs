@@ -268,6 +268,13 @@ impl Call {
         self.takeover(Takeover::Verify)
     }
 
+    /// The call with `verifier` as its verification, its policy untouched:
+    /// the attribute's `static` policy already says how a takeover goes.
+    pub(crate) fn with_verifier(mut self, verifier: Verifier) -> Call {
+        self.verifier = Some(verifier);
+        self
+    }
+
     /// How long the provider's lookups may lag behind its writes (see
     /// [`Policy::settle`]).
     pub fn settle(mut self, settle: Duration) -> Call {

@@ -157,7 +157,7 @@ impl Call {
 }
 
 /// The error's text, if it says the action may have taken effect.
-fn unknown_error<E: Classify + fmt::Display>(err: &E) -> Option<String> {
+pub(crate) fn unknown_error<E: Classify + fmt::Display>(err: &E) -> Option<String> {
     (err.failure() == Failure::Unknown).then(|| err.to_string())
 }
 

@@ -29,9 +29,10 @@ use crate::{MemoryStore, store::Store};
 pub use active::current_key;
 pub use call::Call;
 pub(crate) use codec::ErrorCodec;
-pub(crate) use drive::drive;
+pub(crate) use drive::{drive, drive_classified, unknown_error};
 #[cfg(feature = "postgres")]
 pub(crate) use transaction::transact;
+pub(crate) use verify::Verifier;
 
 /// The memory store, if `store` is one. Its steps are ready as soon as they
 /// are asked, so the guard calls it inline and reads a replay in place: a

@@ -28,7 +28,7 @@ pub(crate) struct Verifier {
 }
 
 impl Verifier {
-    pub(super) fn new<T, F, Fut>(check: F) -> Verifier
+    pub(crate) fn new<T, F, Fut>(check: F) -> Verifier
     where
         F: Fn(Key) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Verified<T>> + Send + 'static,
