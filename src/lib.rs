@@ -181,4 +181,6 @@ pub mod guide {
     pub mod testing {}
     #[doc = include_str!("../guide/transactions.md")]
     pub mod transactions {}
+    #[doc = include_str!("../guide/unknown.md")]
+    pub mod unknown {}
 }

@@ -30,4 +30,6 @@ mod guide {
     mod testing {}
     #[doc = include_str!("../../guide/transactions.md")]
     mod transactions {}
+    #[doc = include_str!("../../guide/unknown.md")]
+    mod unknown {}
 }
