@@ -43,7 +43,7 @@ pub(super) fn cases() -> Vec<Case> {
             []
         ),
         case!(
-            a_verification_that_cannot_tell_or_panics_leaves_the_outcome_unknown,
+            a_verification_that_cannot_tell_panics_or_hangs_leaves_the_outcome_unknown,
             []
         ),
         case!(
@@ -205,21 +205,34 @@ async fn not_applied_is_trusted_only_once_the_settle_time_has_passed(store: Arc<
     assert_eq!(provider.refunds(), 1);
 }
 
-async fn a_verification_that_cannot_tell_or_panics_leaves_the_outcome_unknown(
+/// How a verification fails to answer.
+#[derive(Clone, Copy, PartialEq)]
+enum Silence {
+    NotYet,
+    Panics,
+    Hangs,
+}
+
+async fn a_verification_that_cannot_tell_panics_or_hangs_leaves_the_outcome_unknown(
     store: Arc<dyn Store>,
 ) {
-    for panics in [false, true] {
+    for silence in [Silence::NotYet, Silence::Panics, Silence::Hangs] {
         let (provider, run) = (Arc::new(CountingProvider::default()), fresh_run());
         let asked = Arc::new(AtomicUsize::new(0));
         let cannot_tell = {
             let asked = asked.clone();
             move |_key| {
                 asked.fetch_add(1, Ordering::SeqCst);
-                if panics {
+                if silence == Silence::Panics {
                     // Unwinds as a panic does, without the panic hook's noise.
                     std::panic::resume_unwind(Box::new("a verification that panics"));
                 }
-                std::future::ready(Verified::<Refunded>::NotYet)
+                async move {
+                    if silence == Silence::Hangs {
+                        std::future::pending::<()>().await;
+                    }
+                    Verified::<Refunded>::NotYet
+                }
             }
         };
         let timed_out = call(&store, &run)
@@ -230,7 +243,7 @@ async fn a_verification_that_cannot_tell_or_panics_leaves_the_outcome_unknown(
         assert_eq!(timed_out, Err(RefundError::TimedOut));
         // A panic is caught, and counts as "cannot tell" (how often it is
         // asked again within the wait depends on how long a panic takes).
-        let least = if panics { 1 } else { 2 };
+        let least = if silence == Silence::NotYet { 2 } else { 1 };
         assert!(
             asked.load(Ordering::SeqCst) >= least,
             "asked again while it could not tell"
