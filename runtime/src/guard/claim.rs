@@ -32,7 +32,7 @@ use super::backoff::Backoff;
 use super::call::Call;
 use super::codec::ErrorCodec;
 use super::held::{Held, detached};
-use super::verify::{self, Checked, Verification, unknown_detail};
+use super::verify::{Checked, Verification, unknown_detail};
 
 impl Call {
     /// Claims the key: everything before the action, with no type of the
@@ -199,27 +199,19 @@ impl Call {
                 }
             };
             match answer {
-                ClaimAnswer::Claimed(held) if !self.acts_on(&held) => {
+                ClaimAnswer::Claimed(mut held) if !self.acts_on(&held) => {
                     // Taken over from a holder that stopped mid-action, which
                     // may or may not have acted: ask the provider if the call
                     // can, or record that nobody knows.
                     observe::claimed(&self.tool, held.fence(), true);
                     let verification = self.verification();
-                    let mut held = held;
-                    if let Some(v) = &verification {
-                        // Dropped while it asks, the call leaves the question
-                        // to a task of its own, not to a release.
-                        held.verify_if_abandoned(
-                            key.clone(),
-                            self.tool.clone(),
-                            Verification::clone(v),
-                        );
-                    }
                     let checked = match &verification {
                         Some(v) => {
-                            let now = Instant::now();
-                            let (verifier, since) = (v.verifier.clone(), (now, v.settle));
-                            verify::check(verifier, key.clone(), since, now + v.wait).await
+                            // Dropped while it asks, the call leaves the
+                            // question to a task of its own.
+                            let (tool, v_) = (self.tool.clone(), Verification::clone(v));
+                            held.verify_if_abandoned(key.clone(), tool, v_);
+                            v.ask(key.clone()).await
                         }
                         None => Checked::Unknown("its holder stopped mid-action".to_owned()),
                     };

@@ -17,8 +17,6 @@ use std::mem;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::time::Instant;
-
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -33,7 +31,7 @@ use super::acting::{Acting, Completing, Releasing};
 use super::call::Call;
 use super::claim::{Begin, Begun, Replayed};
 use super::codec::ErrorCodec;
-use super::verify::{self, Checked, unknown_detail};
+use super::verify::{Checked, unknown_detail};
 
 impl Call {
     /// Claims the key, then runs `action` or replays.
@@ -416,14 +414,7 @@ impl<E> Verifying<E> {
             let detail = unknown_detail(why, Some(&error));
             return State::RecordingError(acting.complete(RecordState::Unknown, detail), err);
         };
-        let now = Instant::now();
-        let key = acting.active.key().clone();
-        let checking = Box::pin(verify::check(
-            v.verifier,
-            key,
-            (now, v.settle),
-            now + v.wait,
-        ));
+        let checking = Box::pin(v.ask(acting.active.key().clone()));
         State::Verifying(Box::new(Verifying {
             acting,
             checking,

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use super::answers_at_once;
 use super::backoff::Backoff;
-use super::verify::{self, Checked, Verification, unknown_detail};
+use super::verify::{Checked, Verification, unknown_detail};
 use crate::key::Key;
 use crate::observe;
 use crate::store::record::RecordState;
@@ -274,13 +274,7 @@ async fn settle_abandoned(
     (key, tool, verification): (Key, ToolId, Verification),
     renewal: Option<Renewal>,
 ) {
-    let now = Instant::now();
-    let Verification {
-        verifier,
-        settle,
-        wait,
-    } = verification;
-    let checked = verify::check(verifier, key, (now, settle), now + wait).await;
+    let checked = verification.ask(key).await;
     let lease_end = renewal.map_or_else(|| Instant::now() + lease, |r| r.lease_end.get());
     let (state, value) = match checked {
         Checked::NotApplied => return release(&*store, &claim, lease).await,

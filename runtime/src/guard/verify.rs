@@ -62,6 +62,20 @@ pub(crate) struct Verification {
     pub(crate) wait: Duration,
 }
 
+impl Verification {
+    /// Asks the provider about the action under `key`, from now on: see
+    /// [`check`].
+    pub(crate) fn ask(&self, key: Key) -> impl Future<Output = Checked> + Send + 'static {
+        let now = Instant::now();
+        check(
+            self.verifier.clone(),
+            key,
+            (now, self.settle),
+            now + self.wait,
+        )
+    }
+}
+
 /// What verification came to.
 pub(crate) enum Checked {
     /// The action happened, with this result.
@@ -77,7 +91,7 @@ pub(crate) enum Checked {
 /// `settle` has passed since `since` (when the action may last have run);
 /// before that it counts as "cannot tell yet". A check that panics, or does
 /// not answer by the deadline, cannot tell either.
-pub(crate) async fn check(
+async fn check(
     verifier: Verifier,
     key: Key,
     (since, settle): (Instant, Duration),
