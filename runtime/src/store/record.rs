@@ -125,7 +125,7 @@ pub struct Completion {
 /// | `held` | a caller claimed the key and is acting, or stopped and its lease has not run out | waits for it; once the lease runs out, one caller takes over ([`Takeover`](crate::call::Takeover)) |
 /// | `done` | the action returned its result, which was recorded | gets the result again: a replay |
 /// | `failed` | the action returned an error recorded as final (`record_errors`) | gets the error again |
-/// | `unknown` | a holder stopped mid-action and the takeover policy said not to run it again, or its result could not be kept | [`Error::UnknownOutcome`](crate::Error::UnknownOutcome), until an operator forgets the key |
+/// | `unknown` | a holder stopped mid-action and the takeover policy said not to run it again, or its result could not be kept | [`Error::UnknownOutcome`](crate::Error::UnknownOutcome), until an operator resolves the key ([`Records::resolve`](crate::records::Records::resolve)) |
 ///
 /// Two events leave no state behind: a claim **released** after its action
 /// failed (or panicked, or was dropped) leaves no record, so the next call
@@ -145,7 +145,7 @@ pub enum RecordState {
     /// [`Takeover::ReportUnknown`](crate::call::Takeover::ReportUnknown), or its
     /// result could not be kept. Every call gets
     /// [`Error::UnknownOutcome`](crate::Error::UnknownOutcome) until an
-    /// operator forgets the key.
+    /// operator resolves the key.
     Unknown,
 }
 

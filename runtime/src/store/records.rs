@@ -8,9 +8,13 @@
 
 use std::time::{Duration, SystemTime};
 
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
 #[cfg(doc)]
 use super::StoreError;
 use super::{Store, StoreFuture, StoreResult};
+use crate::fingerprint::Fingerprint;
 use crate::key::Key;
 use crate::store::record::{RecordState, RecordValue};
 use crate::tool::ToolId;
@@ -124,6 +128,76 @@ pub trait Records: Store {
     fn forget<'a>(&'a self, key: &'a Key) -> StoreFuture<'a, StoreResult<bool>> {
         self.forget_with(key, Forget::UnlessLive)
     }
+
+    /// Resolves a key whose outcome is unknown, once the operator has asked
+    /// the provider what happened: [`Resolution::Applied`] makes the record
+    /// `done` with the provider's result, so every later call replays it;
+    /// [`Resolution::NotApplied`] removes it, so the next call acts.
+    ///
+    /// Only a record in state `unknown`, or a claim whose lease ran out (its
+    /// holder stopped mid-action), is resolved, in one atomic step: the
+    /// state is checked by the write itself. A resolved record keeps its
+    /// expiry (the retention its claim was given) and its fence is bumped,
+    /// so a holder that comes back late changes nothing
+    /// ([`StoreError::LeaseLost`]).
+    ///
+    /// ```
+    /// use idempotent_tools::call::{Call, Key};
+    /// use idempotent_tools::records::{RecordState, Records, Resolution};
+    /// use idempotent_tools::{Classify, Failure, MemoryStore};
+    ///
+    /// #[derive(Debug, thiserror::Error)]
+    /// enum RefundError {
+    ///     #[error("the payment service did not answer")]
+    ///     TimedOut,
+    ///     #[error(transparent)]
+    ///     Guard(#[from] idempotent_tools::Error),
+    /// }
+    ///
+    /// impl Classify for RefundError {
+    ///     fn failure(&self) -> Failure {
+    ///         Failure::Unknown
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryStore::new();
+    /// let key = Key::parse("run-7:refund:1182")?;
+    /// let refund = || Call::new("shop::refund_order", key.clone()).store(store.clone());
+    ///
+    /// // The refund went out, then its answer was lost: nobody knows.
+    /// let lost = refund()
+    ///     .run_classified(async { Err::<String, _>(RefundError::TimedOut) })
+    ///     .await;
+    /// assert!(lost.is_err());
+    /// let record = store.inspect(&key).await?.expect("a record");
+    /// assert_eq!(record.state, RecordState::Unknown);
+    ///
+    /// // The provider's records show refund re_1 under this key.
+    /// store.resolve(&key, Resolution::applied("re_1".to_string())).await?;
+    /// let again = refund()
+    ///     .run_classified(async { Ok::<_, RefundError>("re_2".to_string()) })
+    ///     .await?;
+    /// assert!(again.is_replay());
+    /// assert_eq!(again.value().map(String::as_str), Some("re_1"));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::LiveClaim`] for a claim whose lease is live (its action
+    /// may be running now); [`StoreError::NoRecord`] for a key with no
+    /// record (or one past its retention); [`StoreError::NotUnknown`] for a
+    /// record that is `done` or `failed`; [`StoreError::Unrecordable`] for
+    /// an applied value that does not store as JSON, before any I/O;
+    /// [`StoreError::Unavailable`] if the store cannot be reached. Nothing
+    /// is changed by any of them.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the record is resolved or not.
+    fn resolve<'a>(&'a self, key: &'a Key, how: Resolution) -> StoreFuture<'a, StoreResult<()>>;
 
     /// Lists records matching `query`, one page at a time, in the order of
     /// their keys' text. For operators; the guard never calls it.
@@ -351,7 +425,12 @@ pub struct Record {
     pub tool: ToolId,
     /// Where it stands.
     pub state: RecordState,
-    /// Its fence: 1 for the first claim, bumped by every takeover.
+    /// The fingerprint of the arguments it was claimed with: a call under
+    /// the key with other arguments is refused as a conflict.
+    pub fingerprint: Fingerprint,
+    /// Its fence: 1 for the first claim, bumped by every takeover and by a
+    /// [`Records::resolve`]. How many times its action was started, at
+    /// most, since the record was made (a released claim leaves none).
     pub fence: u64,
     /// Whether the current claim took over from a holder whose lease ran
     /// out.
@@ -419,4 +498,28 @@ pub enum Forget {
     /// claim again, so the action may run a second time. For a holder known
     /// to be gone whose lease has not yet run out.
     Force,
+}
+
+/// What the provider says happened to an action whose outcome is unknown,
+/// as an operator tells [`Records::resolve`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Resolution {
+    /// The action happened, with this result: the record becomes `done`
+    /// with it, and every later call replays it. The value must decode as
+    /// the tool's result type, or the replays fail to read it:
+    /// [`Resolution::applied`] takes it typed.
+    Applied(RecordValue),
+    /// The action did not happen: the record goes, and the next call acts.
+    NotApplied,
+}
+
+impl Resolution {
+    /// [`Resolution::Applied`] with a typed result, such as the tool's own
+    /// result type.
+    pub fn applied<T: Serialize + DeserializeOwned + Send + Sync + 'static>(
+        value: T,
+    ) -> Resolution {
+        Resolution::Applied(RecordValue::typed(value))
+    }
 }
