@@ -108,7 +108,7 @@ pub enum StoreError {
         /// The key's text.
         key: String,
         /// The record's state.
-        state: super::RecordState,
+        state: crate::store::state::RecordState,
     },
     /// The database holds no schema of this library: it was never migrated,
     /// or this is not the database the application uses.

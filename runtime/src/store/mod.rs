@@ -38,6 +38,7 @@ mod schema;
 #[cfg(feature = "sqlite")]
 #[path = "sqlite/mod.rs"]
 pub(crate) mod sqlite_store;
+pub(crate) mod state;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod transaction;
 
