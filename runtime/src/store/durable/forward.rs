@@ -118,7 +118,7 @@ impl<D: Durable> Records for D {
             };
             let key_text = || key.as_str().to_owned();
             match backend.resolve(key.digest(), applied).await? {
-                Resolved::Resolved => Ok(()),
+                Resolved::Changed => Ok(()),
                 Resolved::Missing => Err(StoreError::NoRecord { key: key_text() }),
                 Resolved::Live => Err(StoreError::LiveClaim { key: key_text() }),
                 Resolved::Known(state) => Err(StoreError::NotUnknown {

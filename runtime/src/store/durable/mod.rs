@@ -128,7 +128,7 @@ pub struct Forgotten {
 /// What a resolve found under a key, the write having checked it.
 pub enum Resolved {
     /// The unknown outcome (or the claim whose lease ran out) was resolved.
-    Resolved,
+    Changed,
     /// No record, or one past its retention.
     Missing,
     /// A claim whose lease is live.

@@ -205,7 +205,7 @@ impl Backend for Inner {
             .ok_or_else(|| StoreError::Corrupt("a resolve that returned no row".into()))?;
         let resolved: i64 = found.try_get("resolved").map_err(corrupt)?;
         if resolved > 0 {
-            return Ok(Resolved::Resolved);
+            return Ok(Resolved::Changed);
         }
         let state: Option<String> = found.try_get("found").map_err(corrupt)?;
         match state.as_deref().map(encode::record_state).transpose()? {

@@ -298,7 +298,7 @@ impl Backend for Inner {
             None => {
                 // A resolved claim's waiters in this process look again.
                 self.settle();
-                Ok(Resolved::Resolved)
+                Ok(Resolved::Changed)
             }
             Some(None) => Ok(Resolved::Missing),
             Some(Some(state)) => match encode::record_state(&state)? {
