@@ -80,11 +80,12 @@ pub enum StoreError {
     /// remove a claim whose lease is live, or
     /// [`Records::resolve`](super::Records::resolve) to resolve one: its
     /// action may be running right now, and forgetting it would let a
-    /// repeat run the action a second time alongside it.
+    /// repeat run the action a second time alongside it. A forget may be
+    /// forced ([`Forget::Force`](super::Forget::Force)) for a holder known
+    /// to be gone; a resolve never is.
     #[error(
         "key `{key}` is held by a claim whose lease is live, so its action may be running now; \
-         wait for it to finish or for its lease to run out, or force the removal if its holder \
-         is known to be gone"
+         wait for it to finish or for its lease to run out"
     )]
     LiveClaim {
         /// The key's text.

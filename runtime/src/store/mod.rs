@@ -33,6 +33,7 @@ pub(crate) mod records;
 #[cfg(feature = "redis")]
 #[path = "redis/mod.rs"]
 pub(crate) mod redis_store;
+mod resolution;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod schema;
 #[cfg(feature = "sqlite")]
@@ -41,6 +42,7 @@ pub(crate) mod sqlite_store;
 pub(crate) mod state;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod transaction;
+pub(crate) mod view;
 
 pub use crate::store::record::{Completion, RecordValue};
 pub use claim::{Claim, ClaimAnswer, ClaimRequest, Wait};

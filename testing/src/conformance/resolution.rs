@@ -12,11 +12,11 @@ use super::Case;
 use super::case::case;
 use super::kit::{
     CountingProvider, RefundError, Refunded, claimed, done, fresh_run, not_offered, offered,
-    refund_call, refund_key, refunds, request,
+    refund_call, refund_key, refunds, request, usd,
 };
 use idempotent_tools::Run;
 use idempotent_tools::call::Call;
-use idempotent_tools::records::{RecordState, Records, Resolution};
+use idempotent_tools::records::{RecordQuery, RecordState, Records, Resolution};
 use idempotent_tools::store::{Completion, RecordValue, Store, StoreError};
 
 pub(super) fn cases() -> Vec<Case> {
@@ -39,6 +39,11 @@ pub(super) fn cases() -> Vec<Case> {
         case!(a_live_claim_is_not_resolved, [], records),
         case!(a_known_outcome_is_not_resolved, [], records),
         case!(a_key_with_no_record_is_not_resolved, [], records),
+        case!(
+            the_pending_keys_are_listed_with_why_and_leave_the_list_once_resolved,
+            [],
+            records
+        ),
     ]
 }
 
@@ -238,4 +243,84 @@ async fn a_key_with_no_record_is_not_resolved(records: Arc<dyn Records>) {
         assert!(err.to_string().contains(key.as_str()), "{err}");
     }
     assert!(offered(records.inspect(&key).await).is_none());
+}
+
+/// The keys `RecordQuery::pending` lists for one run: their text.
+async fn pending(records: &Arc<dyn Records>, run: &Run) -> Vec<String> {
+    let page = offered(
+        records
+            .list(&RecordQuery::pending().run(run.as_str()))
+            .await,
+    );
+    page.records
+        .iter()
+        .map(|record| record.key.as_str().to_owned())
+        .collect()
+}
+
+async fn the_pending_keys_are_listed_with_why_and_leave_the_list_once_resolved(
+    records: Arc<dyn Records>,
+) {
+    let store: Arc<dyn Store> = records.clone();
+    let (provider, run) = (CountingProvider::default(), fresh_run());
+    // Order 1182's refund reached the provider, 1183's did not; both timed
+    // out. Order 1184's is known.
+    unknown(&store, &run, &provider, true).await;
+    let timed_out = refund_call(&store, &run, "1183", 42)
+        .run_classified(async { Err::<Refunded, _>(RefundError::TimedOut) })
+        .await;
+    assert_eq!(timed_out, Err(RefundError::TimedOut));
+    let known = refund_call(&store, &run, "1184", 42)
+        .run_classified(async { Ok::<_, RefundError>(provider.refund("1184", 42)) })
+        .await
+        .expect("a refund");
+    assert!(known.is_fresh(), "{known:?}");
+    let (first, second) = (refund_key(&run, "1182"), refund_key(&run, "1183"));
+    assert_eq!(
+        pending(&records, &run).await,
+        [first.as_str(), second.as_str()]
+    );
+
+    // What an operator needs to know of each.
+    let page = offered(
+        records
+            .list(&RecordQuery::pending().run(run.as_str()))
+            .await,
+    );
+    for record in &page.records {
+        assert_eq!(record.state, RecordState::Unknown);
+        assert_eq!(record.fingerprint, usd(42), "the arguments' fingerprint");
+        assert_eq!(record.fence, 1, "tried once");
+        assert!(record.completed_at.is_some(), "when: {record:?}");
+        assert_eq!(
+            record.why().as_deref(),
+            Some("the action failed in a way that may have taken effect")
+        );
+        assert_eq!(record.last_error(), Some(RefundError::TimedOut.to_string()));
+    }
+    let known = offered(records.inspect(&refund_key(&run, "1184")).await).expect("a record");
+    assert_eq!((known.why(), known.last_error()), (None, None));
+
+    // As the provider says: 1182 went out, checked against the tool's
+    // result type; 1183 did not.
+    let found = provider.refund_of("1182").expect("the refund went out");
+    let json = serde_json::to_string(&found).expect("json");
+    let applied = Resolution::applied_json::<Refunded>(&json).expect("a refund");
+    offered(records.resolve(&first, applied).await);
+    assert_eq!(pending(&records, &run).await, [second.as_str()]);
+    offered(records.resolve(&second, Resolution::NotApplied).await);
+    assert_eq!(pending(&records, &run).await, Vec::<String>::new());
+
+    let replayed = call(&store, &run)
+        .run_classified(refunds(&provider, 42))
+        .await
+        .expect("a replay");
+    assert!(replayed.is_replay(), "{replayed:?}");
+    assert_eq!(replayed.value(), Some(&found));
+    let acted = refund_call(&store, &run, "1183", 42)
+        .run_classified(async { Ok::<_, RefundError>(provider.refund("1183", 42)) })
+        .await
+        .expect("the next call");
+    assert!(acted.is_fresh(), "{acted:?}");
+    assert_eq!(provider.refunds(), 3, "1182 and 1184 once, then 1183 once");
 }
