@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use idempotent_tools::{
     MemoryStore,
     call::Key,
-    records::{Forget, Record, RecordCount, RecordPage, RecordQuery, Records},
+    records::{Forget, Record, RecordCount, RecordPage, RecordQuery, Records, Resolution},
     store::{Claim, ClaimAnswer, ClaimRequest, Completion, Store, StoreFuture, StoreResult},
 };
 use idempotent_tools_testing::conformance::libtest_mimic::{self, Arguments, Conclusion};
@@ -121,6 +121,12 @@ impl Records for Flawed {
     }
     fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
         self.inner.forget_with(key, how)
+    }
+    fn resolve<'a>(&'a self, key: &'a Key, how: Resolution) -> StoreFuture<'a, StoreResult<()>> {
+        match self.flaw {
+            Flaw::OffersNoInspection => StoreFuture::ready(Err(unsupported("resolve"))),
+            _ => self.inner.resolve(key, how),
+        }
     }
     fn list<'a>(&'a self, query: &'a RecordQuery) -> StoreFuture<'a, StoreResult<RecordPage>> {
         match self.flaw {

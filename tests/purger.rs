@@ -10,7 +10,9 @@ use idempotent_tools::records::{Purger, PurgerError};
 use idempotent_tools::{
     MemoryStore,
     call::Key,
-    records::{Forget, PurgedBatch, Record, RecordCount, RecordPage, RecordQuery, Records},
+    records::{
+        Forget, PurgedBatch, Record, RecordCount, RecordPage, RecordQuery, Records, Resolution,
+    },
     store::{
         Claim, ClaimAnswer, ClaimRequest, Completion, Store, StoreError, StoreFuture, StoreResult,
     },
@@ -89,6 +91,9 @@ impl Records for Counting {
     }
     fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
         self.inner.forget_with(key, how)
+    }
+    fn resolve<'a>(&'a self, key: &'a Key, how: Resolution) -> StoreFuture<'a, StoreResult<()>> {
+        self.inner.resolve(key, how)
     }
     fn list<'a>(&'a self, query: &'a RecordQuery) -> StoreFuture<'a, StoreResult<RecordPage>> {
         self.inner.list(query)

@@ -127,6 +127,13 @@ pub enum CliError {
         /// The key.
         key: String,
     },
+    /// `resolve --applied` was given text that is not JSON.
+    #[error("the value given with `--applied` is not JSON")]
+    BadJson(#[source] serde_json::Error),
+    /// The store refused to resolve the key: a live claim, or an outcome
+    /// already known. In the library's own words.
+    #[error(transparent)]
+    Unresolved(StoreError),
     /// `forget` could not ask for confirmation.
     #[error("`forget` asks for confirmation, but standard input is not a terminal")]
     NoTerminal,
@@ -148,6 +155,7 @@ impl CliError {
             | CliError::AmbiguousDigest { .. }
             | CliError::BadDigest(_)
             | CliError::BadKey(_)
+            | CliError::BadJson(_)
             | CliError::NoTerminal => Exit::Usage,
             #[cfg(feature = "sqlite")]
             CliError::NoFile(_) => Exit::Usage,
@@ -158,7 +166,9 @@ impl CliError {
             #[cfg(feature = "redis")]
             CliError::BadRedisUrl { .. } | CliError::NoClusterNodes => Exit::Usage,
             CliError::NotFound(_) | CliError::DigestNotFound(_) => Exit::NotFound,
-            CliError::LiveClaim { .. } | CliError::Declined(_) => Exit::Refused,
+            CliError::LiveClaim { .. } | CliError::Declined(_) | CliError::Unresolved(_) => {
+                Exit::Refused
+            }
             CliError::Open {
                 source: StoreError::BadSetting { .. },
                 ..
@@ -277,6 +287,17 @@ impl CliError {
                 known to be gone; a forced forget lets a retry run the action alongside it"
                 .into(),
             CliError::NoTerminal => "pass `--yes` to forget without asking".into(),
+            CliError::BadJson(_) => "give the result as the tool would have returned it, as \
+                JSON in single quotes for the shell, such as \
+                `--applied '{\"id\":\"re_1\"}'`; nothing was written"
+                .into(),
+            CliError::Unresolved(StoreError::LiveClaim { .. }) => "nothing was changed; \
+                `idempotent-tools show KEY` says when the lease runs out, and once it has, \
+                the key can be resolved"
+                .into(),
+            CliError::Unresolved(_) => "only a key `idempotent-tools pending` lists is \
+                resolved; `idempotent-tools show KEY` shows this one; nothing was changed"
+                .into(),
             _ => return None,
         };
         Some(help)

@@ -11,12 +11,12 @@ use std::io::{self, BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use idempotent_tools::records::{DEFAULT_PAGE, MAX_PAGE};
 use idempotent_tools::{
     call::Key,
-    records::{Forget, Record, RecordQuery, RecordState, Records},
-    store::StoreError,
+    records::{Forget, Record, RecordQuery, RecordState, Records, Resolution},
+    store::{RecordValue, StoreError},
 };
 use serde_json::json;
 
@@ -28,26 +28,31 @@ A worked example: a holder crashed mid-refund under Takeover::ReportUnknown,
 and every retry now answers UnknownOutcome.
 
   $ export IDEMPOTENT_STORE=postgres://ops@db.internal/shop
-  $ idempotent-tools list --state unknown --older-than 10m
-  STATE    TOOL                FENCE  WHEN              KEY
-  unknown  shop::refund_order  2      completed 14m ago  run-7f3a:refund:1182
+  $ idempotent-tools pending
+  TOOL                FENCE  WHEN               KEY                   WHY
+  shop::refund_order  2      completed 14m ago  run-7f3a:refund:1182  its holder stopped mid-action
   $ idempotent-tools show run-7f3a:refund:1182
   (check with the payment provider whether refund 1182 went out)
-  $ idempotent-tools forget run-7f3a:refund:1182
-  Forget `run-7f3a:refund:1182` (unknown, shop::refund_order)? A retry will run the action again. [y/N] y
-  forgot `run-7f3a:refund:1182`
 
-If the refund did go out, leave the key: every retry keeps answering
-UnknownOutcome, and nothing is refunded twice.
+If it went out, record its result, and every retry replays it:
+
+  $ idempotent-tools resolve run-7f3a:refund:1182 --applied '{\"id\":\"re_1\"}'
+  resolved `run-7f3a:refund:1182` as applied: every later call replays its result
+
+If it did not, the next call refunds once:
+
+  $ idempotent-tools resolve run-7f3a:refund:1182 --not-applied
+  resolved `run-7f3a:refund:1182` as not applied: the next call runs the action
 
 Exit codes:
   0  the command did what it was asked
   1  the store failed or could not be reached
   2  bad usage, or a store that is wrong: unknown URL scheme (or one this
      build has no feature for), no such file, a database without the
-     idempotent-tools schema
+     idempotent-tools schema; --applied text that is not JSON
   3  no record under the key (or digest) given
-  4  refused, nothing changed: a live claim without --force, or the
+  4  refused, nothing changed: a live claim without --force (any live
+     claim, for resolve), an outcome resolve finds known, or the
      confirmation declined";
 
 /// Inspect and resolve the claims and records of an idempotent-tools store.
@@ -81,6 +86,11 @@ enum Command {
     Show(ShowArgs),
     /// Remove a key's record, so the next call under it runs the action.
     Forget(ForgetArgs),
+    /// List the keys whose outcome is unknown, with why and the last error.
+    Pending(PendingArgs),
+    /// Resolve a key whose outcome is unknown, once the provider has said
+    /// what happened: as applied with its result, or as not applied.
+    Resolve(ResolveArgs),
     /// Remove completed records whose retention has passed.
     Purge(JsonArg),
     /// Count records by tool and state.
@@ -144,6 +154,43 @@ struct ForgetArgs {
     /// to be gone, since a retry may then run the action alongside it.
     #[arg(long)]
     force: bool,
+}
+
+#[derive(Debug, Args)]
+struct PendingArgs {
+    /// Only keys of this tool, by its full id (such as shop::refund_order).
+    #[arg(long)]
+    tool: Option<String>,
+    /// Only keys of this run: keys whose text up to the first `:` is it.
+    #[arg(long)]
+    run: Option<String>,
+    /// At most this many keys per page (1 to 1000).
+    #[arg(long, default_value_t = DEFAULT_PAGE, value_parser = parse_limit)]
+    limit: usize,
+    /// Start after this key: the `next` of the previous page.
+    #[arg(long, value_name = "KEY")]
+    after: Option<String>,
+    /// Every page, not only the first.
+    #[arg(long, conflicts_with = "after")]
+    all: bool,
+    /// Print JSON for scripts: {"records": [...], "next": KEY or null}, each
+    /// record with its `why` and `error`.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("resolution").required(true).args(["applied", "not_applied"])))]
+struct ResolveArgs {
+    /// The key, in full, as `pending` prints it.
+    key: String,
+    /// The action happened: record this JSON as its result (what the tool
+    /// would have returned), which every later call replays.
+    #[arg(long, value_name = "JSON")]
+    applied: Option<String>,
+    /// The action did not happen: remove the record, so the next call acts.
+    #[arg(long)]
+    not_applied: bool,
 }
 
 #[derive(Debug, Args)]
@@ -213,6 +260,8 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::List(args) => list(&*store, args, out).await,
         Command::Show(args) => show(&*store, args, out).await,
         Command::Forget(args) => forget(&*store, args, out).await,
+        Command::Pending(args) => pending(&*store, args, out).await,
+        Command::Resolve(args) => resolve(&*store, args, out).await,
         Command::Purge(JsonArg { json }) => {
             let purged = store.purge_expired().await.map_err(failed("purge"))?;
             if json {
@@ -266,15 +315,7 @@ async fn list(store: &dyn Records, args: ListArgs, out: &mut impl Write) -> Resu
     if let Some(after) = args.after {
         query = query.after(after);
     }
-    let mut records = Vec::new();
-    let next = loop {
-        let page = store.list(&query).await.map_err(failed("list records"))?;
-        records.extend(page.records);
-        match page.next {
-            Some(next) if args.all => query = query.after(next),
-            next => break next,
-        }
-    };
+    let (records, next) = pages(store, query, args.all).await?;
     if args.json {
         let records: Vec<_> = records.iter().map(print::record_json).collect();
         return write(
@@ -293,6 +334,102 @@ async fn list(store: &dyn Records, args: ListArgs, out: &mut impl Write) -> Resu
         );
     }
     Ok(())
+}
+
+/// The records of one page, or of every page from it on with `all`, and
+/// where the next page starts.
+async fn pages(
+    store: &dyn Records,
+    mut query: RecordQuery,
+    all: bool,
+) -> Result<(Vec<Record>, Option<String>), CliError> {
+    let mut records = Vec::new();
+    loop {
+        let page = store.list(&query).await.map_err(failed("list records"))?;
+        records.extend(page.records);
+        match page.next {
+            Some(next) if all => query = query.after(next),
+            next => return Ok((records, next)),
+        }
+    }
+}
+
+async fn pending(
+    store: &dyn Records,
+    args: PendingArgs,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
+    let mut query = RecordQuery::pending().limit(args.limit);
+    if let Some(tool) = args.tool {
+        query = query.tool(tool);
+    }
+    if let Some(run) = args.run {
+        query = query.run(run);
+    }
+    if let Some(after) = args.after {
+        query = query.after(after);
+    }
+    let (records, next) = pages(store, query, args.all).await?;
+    if args.json {
+        let records: Vec<_> = records.iter().map(print::pending_json).collect();
+        return write(
+            out,
+            &json!({ "records": records, "next": next }).to_string(),
+        );
+    }
+    if records.is_empty() {
+        eprintln!("no outcome is unknown");
+        return Ok(());
+    }
+    write(
+        out,
+        print::pending_table(&records, SystemTime::now()).trim_end(),
+    )?;
+    if let Some(next) = next {
+        eprintln!("note: more keys follow; add `--after '{next}'` for the next page, or `--all`");
+    }
+    eprintln!(
+        "note: ask the provider whether each action happened, then \
+         `idempotent-tools resolve KEY --applied JSON` or `--not-applied`"
+    );
+    Ok(())
+}
+
+async fn resolve(
+    store: &dyn Records,
+    args: ResolveArgs,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
+    let key = Key::parse(&args.key).map_err(CliError::BadKey)?;
+    // Refused before anything is written.
+    let how = match &args.applied {
+        Some(text) => {
+            serde_json::from_str::<serde_json::Value>(text).map_err(CliError::BadJson)?;
+            Resolution::Applied(RecordValue::from_json(text.trim()))
+        }
+        None => Resolution::NotApplied,
+    };
+    match store.resolve(&key, how).await {
+        Ok(()) if args.applied.is_some() => write(
+            out,
+            &format!(
+                "resolved `{}` as applied: every later call replays its result",
+                args.key
+            ),
+        ),
+        Ok(()) => write(
+            out,
+            &format!(
+                "resolved `{}` as not applied: the next call runs the action",
+                args.key
+            ),
+        ),
+        Err(StoreError::NoRecord { .. }) => Err(CliError::NotFound(args.key)),
+        Err(refused @ (StoreError::LiveClaim { .. } | StoreError::NotUnknown { .. })) => {
+            Err(CliError::Unresolved(refused))
+        }
+        Err(source) => Err(failed("resolve the key")(source)),
+    }
 }
 
 async fn show(store: &dyn Records, args: ShowArgs, out: &mut impl Write) -> Result<(), CliError> {
@@ -314,8 +451,9 @@ async fn show(store: &dyn Records, args: ShowArgs, out: &mut impl Write) -> Resu
     write(out, print::fields(&record, SystemTime::now()).trim_end())?;
     if record.state == RecordState::Unknown {
         eprintln!(
-            "note: check with the provider whether the action happened; if it did not, \
-             `idempotent-tools forget '{}'` lets the next call run it; if it did, leave the key",
+            "note: check with the provider whether the action happened, then \
+             `idempotent-tools resolve '{}' --applied JSON` with its result, or `--not-applied` \
+             to let the next call run it",
             record.key
         );
     }

@@ -83,6 +83,44 @@ pub fn table(records: &[Record], now: SystemTime) -> String {
     columns(&rows)
 }
 
+/// The keys whose outcome is unknown, with why: one line each.
+pub fn pending_table(records: &[Record], now: SystemTime) -> String {
+    let mut rows = vec![[
+        "TOOL".to_owned(),
+        "FENCE".to_owned(),
+        "WHEN".to_owned(),
+        "KEY".to_owned(),
+        "WHY".to_owned(),
+    ]];
+    for record in records {
+        let why = match (record.why(), record.last_error()) {
+            (Some(why), Some(error)) => format!("{why} (error: {error})"),
+            (Some(why), None) => why,
+            (None, Some(error)) => format!("(error: {error})"),
+            (None, None) => "(not recorded)".to_owned(),
+        };
+        rows.push([
+            record.tool.to_string(),
+            record.fence.to_string(),
+            when(record, now),
+            record.key.to_string(),
+            why,
+        ]);
+    }
+    columns(&rows)
+}
+
+/// A key whose outcome is unknown as JSON: the record, with why and the
+/// last error drawn out of its detail.
+pub fn pending_json(record: &Record) -> Value {
+    let mut json = record_json(record);
+    if let Some(fields) = json.as_object_mut() {
+        fields.insert("why".to_owned(), json!(record.why()));
+        fields.insert("error".to_owned(), json!(record.last_error()));
+    }
+    json
+}
+
 /// Counts as a table, then totals by state.
 pub fn count_table(counts: &[RecordCount]) -> String {
     let mut rows = vec![["TOOL".to_owned(), "STATE".to_owned(), "COUNT".to_owned()]];
@@ -150,6 +188,7 @@ pub fn fields(record: &Record, now: SystemTime) -> String {
     field("key", record.key.to_string());
     field("digest", record.key_digest());
     field("tool", record.tool.to_string());
+    field("fingerprint", hex(record));
     field("state", record.state.to_string());
     let fence = if record.taken_over {
         format!(
@@ -187,7 +226,23 @@ pub fn fields(record: &Record, now: SystemTime) -> String {
             .map_or_else(|e| format!("(unreadable: {e})"), |t| t.into_owned());
         field("result", text);
     }
+    if let Some(why) = record.why() {
+        field("why", why);
+    }
+    if let Some(error) = record.last_error() {
+        field("last error", error);
+    }
     out
+}
+
+/// The fingerprint of the record's arguments, in hex.
+fn hex(record: &Record) -> String {
+    record
+        .fingerprint
+        .as_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// One record as JSON: times in RFC 3339, the result as JSON.
@@ -201,6 +256,7 @@ pub fn record_json(record: &Record) -> Value {
         "key": record.key.as_str(),
         "key_digest": record.key_digest(),
         "tool": record.tool.as_str(),
+        "fingerprint": hex(record),
         "state": record.state.as_str(),
         "fence": record.fence,
         "taken_over": record.taken_over,

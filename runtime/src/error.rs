@@ -117,15 +117,15 @@ pub enum Error {
     /// The outcome of an earlier call under this key is not on record: its
     /// holder stopped mid-action and the takeover policy says not to run it
     /// again, or its result could not be stored. Check with the provider,
-    /// then, if the action did not happen, forget the key to allow a retry:
-    /// with the operator's tool (`idempotent-tools forget KEY`) or
-    /// [`Records::forget`](crate::records::Records::forget). If it did happen, leave the
-    /// key, and every call keeps answering this instead of acting twice.
+    /// then resolve the key: with the operator's tool
+    /// (`idempotent-tools resolve KEY --applied JSON` or `--not-applied`) or
+    /// [`Records::resolve`](crate::records::Records::resolve). Until then,
+    /// every call keeps answering this instead of acting twice.
     #[error(
         "the outcome of an earlier call under key `{key}` is not on record (its holder stopped \
          mid-action, or its result could not be stored), so the action was not run again; \
-         check with the provider, then, if it did not happen, forget the key \
-         (`idempotent-tools forget '{key}'`, or `Records::forget`) to allow a retry"
+         check with the provider, then resolve the key (`idempotent-tools resolve '{key}'` \
+         with `--applied JSON` or `--not-applied`, or `Records::resolve`)"
     )]
     UnknownOutcome {
         /// The key whose outcome is unknown.

@@ -207,7 +207,7 @@ pub(crate) fn unknown_outcome(tool: &ToolId, recorded: bool) {
         tracing::warn!(
             target: TARGET,
             "the outcome under this key is unknown; nothing ran. An operator must check the \
-             provider, then forget the key"
+             provider, then resolve the key"
         );
     }
     count(tool, CallOutcome::Unknown);

@@ -1,4 +1,4 @@
-//! For operators: read, count, forget and purge a store's records.
+//! For operators: read, count, resolve, forget and purge a store's records.
 //!
 //! The guard never calls any of this. A store offers it by implementing
 //! [`Records`] beside [`Store`](crate::store::Store); every store of this
@@ -11,5 +11,5 @@ pub use crate::store::purger::{Purger, PurgerError};
 pub use crate::store::record::RecordState;
 pub use crate::store::records::{
     DEFAULT_PAGE, Forget, MAX_PAGE, PurgedBatch, Record, RecordCount, RecordPage, RecordQuery,
-    Records,
+    Records, Resolution,
 };

@@ -44,7 +44,7 @@ pub async fn every_command(store: &dyn Store, target: &str) {
     assert_eq!(keys(&list(&["--older-than", "1h"])), ["f-old"]);
     let unknown = &list(&["--state", "unknown"])["records"][0];
     assert_eq!(unknown["tool"], "shop::refund_order");
-    assert_eq!(unknown["result"], Value::Null);
+    assert_eq!(unknown["result"]["why"], "its holder stopped mid-action");
     assert_eq!(unknown["state"], "unknown");
 
     // A run whose id begins with this one's is another run; a key prefix
@@ -152,6 +152,129 @@ pub async fn every_command(store: &dyn Store, target: &str) {
     cli(target, &["forget", "--yes", unknown_key.as_str()]).expect(3);
     cli(target, &["show", "--digest", "ffffffffffffffffffff"]).expect(3);
     cli(target, &["show", "--digest", "not-hex"]).expect(2);
+
+    pending_and_resolve(store, target).await;
+}
+
+/// `pending` lists the unknown outcomes with why; `resolve` settles them
+/// as applied (replayed) or not applied (gone), and refuses a live claim,
+/// a known outcome, a missing key and text that is not JSON, changing
+/// nothing.
+async fn pending_and_resolve(store: &dyn Store, target: &str) {
+    let run = one_of_each(store).await;
+    let pending = cli(target, &["pending", "--json", "--run", &run])
+        .expect(0)
+        .json();
+    assert_eq!(keys(&pending), ["d-unknown"]);
+    let unknown = &pending["records"][0];
+    assert_eq!(unknown["why"], "its holder stopped mid-action");
+    assert_eq!(unknown["error"], "connection reset");
+    assert_eq!(unknown["tool"], "shop::refund_order");
+    assert_eq!(unknown["fence"], 1);
+    let fingerprint = unknown["fingerprint"].as_str().expect("a fingerprint");
+    assert_eq!(fingerprint.len(), 32, "{fingerprint}");
+    assert!(unknown["completed_at"].is_string(), "{unknown}");
+    let table = cli(target, &["pending", "--run", &run]).expect(0);
+    let mut lines = table.stdout.lines();
+    let header = lines.next().expect("a header");
+    assert!(
+        header.starts_with("TOOL") && header.ends_with("WHY"),
+        "{header}"
+    );
+    let row = lines.next().expect("a row");
+    assert!(
+        row.contains("d-unknown")
+            && row.contains("its holder stopped mid-action (error: connection reset)"),
+        "{row}"
+    );
+    assert_eq!(lines.next(), None, "{}", table.stdout);
+
+    // `show` says why, and the last error, beside the arguments'
+    // fingerprint.
+    let unknown_key = key(&run, "d-unknown");
+    let shown = cli(target, &["show", unknown_key.as_str()]).expect(0);
+    for (field, value) in [
+        ("fingerprint", fingerprint),
+        ("why", "its holder stopped mid-action"),
+        ("last error", "connection reset"),
+    ] {
+        assert!(
+            shown
+                .stdout
+                .lines()
+                .any(|line| line.starts_with(field) && line.trim_end().ends_with(value)),
+            "{field} in:\n{}",
+            shown.stdout
+        );
+    }
+
+    // Refused, nothing changed: text that is not JSON (2), a live claim and
+    // a known outcome (4, in the library's words), a missing key (3).
+    let bad = cli(
+        target,
+        &["resolve", unknown_key.as_str(), "--applied", "{re_1"],
+    )
+    .expect(2);
+    assert!(bad.stderr.contains("not JSON"), "{}", bad.stderr);
+    let held = key(&run, "a-held");
+    let live = cli(target, &["resolve", held.as_str(), "--not-applied"]).expect(4);
+    assert!(live.stderr.contains("lease is live"), "{}", live.stderr);
+    let done = cli(
+        target,
+        &["resolve", key(&run, "c-done").as_str(), "--not-applied"],
+    )
+    .expect(4);
+    assert!(done.stderr.contains("is done"), "{}", done.stderr);
+    cli(
+        target,
+        &["resolve", key(&run, "never").as_str(), "--not-applied"],
+    )
+    .expect(3);
+    // Neither or both of --applied and --not-applied is bad usage.
+    cli(target, &["resolve", unknown_key.as_str()]).expect(2);
+    cli(
+        target,
+        &[
+            "resolve",
+            unknown_key.as_str(),
+            "--applied",
+            "1",
+            "--not-applied",
+        ],
+    )
+    .expect(2);
+    let list = |state: &str| {
+        let listed = cli(target, &["list", "--json", "--run", &run, "--state", state]);
+        keys(&listed.expect(0).json())
+    };
+    assert_eq!(list("unknown"), ["d-unknown"]);
+    assert_eq!(list("held"), ["a-held", "b-crashed"]);
+
+    // As applied: done with the value given. As not applied: gone.
+    let applied = cli(
+        target,
+        &[
+            "resolve",
+            unknown_key.as_str(),
+            "--applied",
+            r#"{"id":"re_7"}"#,
+        ],
+    )
+    .expect(0);
+    assert!(applied.stdout.contains("as applied"), "{applied:?}");
+    let shown = cli(target, &["show", "--json", unknown_key.as_str()])
+        .expect(0)
+        .json();
+    assert_eq!(shown["state"], "done");
+    assert_eq!(shown["result"]["id"], "re_7");
+    assert_eq!(shown["fence"], 2);
+    let crashed = key(&run, "b-crashed");
+    cli(target, &["resolve", crashed.as_str(), "--not-applied"]).expect(0);
+    cli(target, &["show", crashed.as_str()]).expect(3);
+    let pending = cli(target, &["pending", "--json", "--run", &run])
+        .expect(0)
+        .json();
+    assert_eq!(keys(&pending), Vec::<String>::new());
 }
 
 /// Stats and purge on a store of its own (they see every record).

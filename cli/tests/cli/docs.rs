@@ -288,6 +288,7 @@ fn placeholder(word: &str, digest: &str) -> String {
         "TEXT" => "run-7".to_owned(),
         "ID" => REFUND.as_str().to_owned(),
         "N" => "10".to_owned(),
+        "JSON" => r#"{"id":"re_1","order_id":"1182","usd":42}"#.to_owned(),
         other => panic!("no value for the placeholder `{other}`: give it one here"),
     }
 }

@@ -90,7 +90,8 @@ pub async fn finish_keeping(
     let json = match state {
         RecordState::Done => r#"{"id":"re_1"}"#,
         RecordState::Failed => r#""card declined""#,
-        _ => "null",
+        // The detail the guard records for an unknown outcome.
+        _ => r#"{"why":"its holder stopped mid-action","error":"connection reset"}"#,
     };
     let completion = Completion {
         state,

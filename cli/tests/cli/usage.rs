@@ -11,8 +11,9 @@ pub async fn help_shows_the_worked_example_and_the_exit_codes() {
     assert_eq!(out.status.code(), Some(0));
     let help = String::from_utf8_lossy(&out.stdout);
     for needed in [
-        "list --state unknown",
-        "forget run-7f3a:refund:1182",
+        "idempotent-tools pending",
+        "resolve run-7f3a:refund:1182 --applied '{\"id\":\"re_1\"}'",
+        "resolve run-7f3a:refund:1182 --not-applied",
         "Exit codes",
         "3  no record under the key",
         "IDEMPOTENT_STORE",

@@ -248,7 +248,7 @@ impl Call {
     /// }
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), RefundError> {
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let key = Key::builder().literal("run-1:refund:")?.part("order_id", "1182")?.finish()?;
     /// // The refund went through, but its answer never came back.
     /// let refunded = Call::new("shop::refund", key)

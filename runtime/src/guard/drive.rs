@@ -128,7 +128,7 @@ impl Call {
     /// }
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), SendError> {
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let store = Arc::new(MemoryStore::new());
     /// let key = Key::builder().literal("run-1:email:")?.part("ticket", "77")?.finish()?;
     /// let send = || Call::new("mail::send", key.clone()).store(&store);

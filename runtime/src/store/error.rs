@@ -77,17 +77,39 @@ pub enum StoreError {
     #[error("the result cannot be stored faithfully as JSON")]
     Unrecordable(#[source] serde_json::Error),
     /// [`Records::forget_with`](super::Records::forget_with) was asked to
-    /// remove a claim whose lease is live: its action may be running right
-    /// now, and forgetting it would let a repeat run the action a second
-    /// time alongside it.
+    /// remove a claim whose lease is live, or
+    /// [`Records::resolve`](super::Records::resolve) to resolve one: its
+    /// action may be running right now, and forgetting it would let a
+    /// repeat run the action a second time alongside it. A forget may be
+    /// forced ([`Forget::Force`](super::Forget::Force)) for a holder known
+    /// to be gone; a resolve never is.
     #[error(
         "key `{key}` is held by a claim whose lease is live, so its action may be running now; \
-         wait for it to finish or for its lease to run out, or force the removal if its holder \
-         is known to be gone"
+         wait for it to finish or for its lease to run out"
     )]
     LiveClaim {
         /// The key's text.
         key: String,
+    },
+    /// [`Records::resolve`](super::Records::resolve) found no record under
+    /// the key (or only one past its retention, which counts as none).
+    #[error("there is no record under key `{key}` to resolve")]
+    NoRecord {
+        /// The key's text.
+        key: String,
+    },
+    /// [`Records::resolve`](super::Records::resolve) found a record whose
+    /// outcome is known: only an `unknown` outcome, or a claim whose lease
+    /// ran out, is resolved. Nothing was changed.
+    #[error(
+        "key `{key}` is {state}, so its outcome is known: only an unknown outcome, or a claim \
+         whose lease ran out, is resolved"
+    )]
+    NotUnknown {
+        /// The key's text.
+        key: String,
+        /// The record's state.
+        state: crate::store::state::RecordState,
     },
     /// The database holds no schema of this library: it was never migrated,
     /// or this is not the database the application uses.

@@ -33,13 +33,16 @@ pub(crate) mod records;
 #[cfg(feature = "redis")]
 #[path = "redis/mod.rs"]
 pub(crate) mod redis_store;
+mod resolution;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod schema;
 #[cfg(feature = "sqlite")]
 #[path = "sqlite/mod.rs"]
 pub(crate) mod sqlite_store;
+pub(crate) mod state;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod transaction;
+pub(crate) mod view;
 
 pub use crate::store::record::{Completion, RecordValue};
 pub use claim::{Claim, ClaimAnswer, ClaimRequest, Wait};

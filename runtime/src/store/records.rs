@@ -8,12 +8,13 @@
 
 use std::time::{Duration, SystemTime};
 
-#[cfg(doc)]
-use super::StoreError;
-use super::{Store, StoreFuture, StoreResult};
+pub use super::resolution::Resolution;
+pub use super::view::{Record, RecordCount};
+use super::{Store, StoreError, StoreFuture, StoreResult};
 use crate::key::Key;
-use crate::store::record::{RecordState, RecordValue};
-use crate::tool::ToolId;
+use crate::store::record::RecordState;
+#[cfg(doc)]
+use crate::store::record::RecordValue;
 
 /// What one call of [`Records::purge_expired_batch`] removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,6 +126,93 @@ pub trait Records: Store {
         self.forget_with(key, Forget::UnlessLive)
     }
 
+    /// Resolves a key whose outcome is unknown, once the operator has asked
+    /// the provider what happened: [`Resolution::Applied`] makes the record
+    /// `done` with the provider's result, so every later call replays it;
+    /// [`Resolution::NotApplied`] removes it, so the next call acts.
+    ///
+    /// Only a record in state `unknown`, or a claim whose lease ran out (its
+    /// holder stopped mid-action), is resolved, in one atomic step: the
+    /// state is checked by the write itself. A resolved record keeps its
+    /// expiry (the retention its claim was given) and its fence is bumped,
+    /// so a holder that comes back late changes nothing
+    /// ([`StoreError::LeaseLost`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    ///
+    /// use idempotent_tools::call::{Call, Key};
+    /// use idempotent_tools::records::{RecordState, Records, Resolution};
+    /// use idempotent_tools::{Classify, Failure, MemoryStore};
+    ///
+    /// #[derive(Debug, thiserror::Error)]
+    /// enum RefundError {
+    ///     #[error("the payment service did not answer")]
+    ///     TimedOut,
+    ///     #[error(transparent)]
+    ///     Guard(#[from] idempotent_tools::Error),
+    /// }
+    ///
+    /// impl Classify for RefundError {
+    ///     fn failure(&self) -> Failure {
+    ///         Failure::Unknown
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Arc::new(MemoryStore::new());
+    /// let key = Key::parse("run-7:refund:1182")?;
+    /// let refund = || Call::new("shop::refund_order", key.clone()).store(&store);
+    ///
+    /// // The refund went out, then its answer was lost: nobody knows.
+    /// let lost = refund()
+    ///     .run_classified(async { Err::<String, _>(RefundError::TimedOut) })
+    ///     .await;
+    /// assert!(lost.is_err());
+    /// let record = store.inspect(&key).await?.expect("a record");
+    /// assert_eq!(record.state, RecordState::Unknown);
+    ///
+    /// // The provider's records show refund re_1 under this key.
+    /// store.resolve(&key, Resolution::applied("re_1".to_string())).await?;
+    /// let again = refund()
+    ///     .run_classified(async { Ok::<_, RefundError>("re_2".to_string()) })
+    ///     .await?;
+    /// assert!(again.is_replay());
+    /// assert_eq!(again.value().map(String::as_str), Some("re_1"));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The keys to resolve are those [`RecordQuery::pending`] lists, with
+    /// why each is unknown ([`Record::why`], [`Record::last_error`]).
+    ///
+    /// The value of an applied resolution is what every later call
+    /// replays, so it must read as the tool's result type: give it typed
+    /// ([`Resolution::applied`]), or as JSON checked against the type
+    /// before anything is written ([`Resolution::applied_json`]).
+    /// [`Resolution::Applied`] with a bare [`RecordValue`] is not checked
+    /// (the command-line tool, which cannot know the type, checks that it
+    /// is JSON).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::LiveClaim`] for a claim whose lease is live (its action
+    /// may be running now); [`StoreError::NoRecord`] for a key with no
+    /// record (or one past its retention); [`StoreError::NotUnknown`] for a
+    /// record that is `done` or `failed`; [`StoreError::Unrecordable`] for
+    /// an applied value that does not store as JSON, before any I/O;
+    /// [`StoreError::Unavailable`] if the store cannot be reached. Nothing
+    /// is changed by any of them. A store written outside this library
+    /// that does not implement it answers [`StoreError::Unsupported`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the record is resolved or not.
+    fn resolve<'a>(&'a self, key: &'a Key, how: Resolution) -> StoreFuture<'a, StoreResult<()>> {
+        let _ = (key, how);
+        StoreFuture::ready(Err(StoreError::Unsupported("resolve")))
+    }
+
     /// Lists records matching `query`, one page at a time, in the order of
     /// their keys' text. For operators; the guard never calls it.
     ///
@@ -222,6 +310,23 @@ impl RecordQuery {
             after: None,
             limit: DEFAULT_PAGE,
         }
+    }
+
+    /// The records an operator has to resolve ([`Records::resolve`]): every
+    /// outcome that is unknown, whether the action failed in a way that may
+    /// have taken effect, the provider contradicted the ask, or a holder
+    /// stopped mid-action. [`Record::why`] says which. The same as
+    /// `RecordQuery::new().state(RecordState::Unknown)`, and narrowed the
+    /// same way (`tool`, `run`, `older_than`, the paging).
+    ///
+    /// ```
+    /// use idempotent_tools::records::{RecordQuery, RecordState};
+    ///
+    /// let pending = RecordQuery::pending().tool("shop::refund_order");
+    /// assert_eq!(pending.state, Some(RecordState::Unknown));
+    /// ```
+    pub fn pending() -> RecordQuery {
+        RecordQuery::new().state(RecordState::Unknown)
     }
 
     /// Only records in `state`.
@@ -338,69 +443,6 @@ impl RecordPage {
             None
         };
         RecordPage { records, next }
-    }
-}
-
-/// One record in full, as a store keeps it.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct Record {
-    /// The key, in full.
-    pub key: Key,
-    /// The tool that claimed it.
-    pub tool: ToolId,
-    /// Where it stands.
-    pub state: RecordState,
-    /// Its fence: 1 for the first claim, bumped by every takeover.
-    pub fence: u64,
-    /// Whether the current claim took over from a holder whose lease ran
-    /// out.
-    pub taken_over: bool,
-    /// The holder's owner token, while held.
-    pub owner: Option<u128>,
-    /// When the holder's lease runs (or ran) out, while held. `None` in the
-    /// memory store, whose leases never run out under a live process.
-    pub lease_until: Option<SystemTime>,
-    /// The result or recorded error, once finished; for an unknown outcome,
-    /// why it is unknown and the error that left it so
-    /// (`{"why": "...", "error": "..."}`), for the operator who resolves it.
-    pub result: Option<RecordValue>,
-    /// When the action finished.
-    pub completed_at: Option<SystemTime>,
-    /// When a purge may remove the record. `None` for a claim held in the
-    /// memory store, which is never purged.
-    pub expires_at: Option<SystemTime>,
-}
-
-impl Record {
-    /// Whether a holder's lease is live at `now`: its action may be running,
-    /// so forgetting the key could let the action run twice at once.
-    pub fn lease_is_live(&self, now: SystemTime) -> bool {
-        self.state == RecordState::Held && self.lease_until.is_none_or(|until| until > now)
-    }
-
-    /// The key's SHA-256 in hex, as the guard's traces name it.
-    pub fn key_digest(&self) -> String {
-        hex::encode(self.key.digest())
-    }
-}
-
-/// How many records a store holds of one tool in one state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RecordCount {
-    /// The tool.
-    pub tool: ToolId,
-    /// The state.
-    pub state: RecordState,
-    /// How many.
-    pub count: u64,
-}
-
-impl RecordCount {
-    /// A count.
-    pub fn new(tool: ToolId, state: RecordState, count: u64) -> RecordCount {
-        RecordCount { tool, state, count }
     }
 }
 

@@ -95,6 +95,7 @@ pub mod kit;
 mod leases;
 pub mod processes;
 mod releases;
+mod resolution;
 mod restarts;
 mod scope;
 mod trial;

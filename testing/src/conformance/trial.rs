@@ -25,6 +25,7 @@ pub(super) fn trials<S: Store>(suite: Arc<Suite<S>>) -> Vec<Trial> {
     cases.extend(super::unknown::cases());
     cases.extend(super::durable::cases());
     cases.extend(super::inspection::cases());
+    cases.extend(super::resolution::cases());
     cases.extend(super::restarts::cases());
     cases.extend(processes::cases());
     let mut trials: Vec<Trial> = cases

@@ -5,6 +5,8 @@ use std::time::Duration;
 #[cfg(feature = "sqlite")]
 use std::time::{SystemTime, UNIX_EPOCH};
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use crate::fingerprint::Fingerprint;
 use crate::{
     store::record::RecordState,
     store::{StoreError, StoreResult},
@@ -67,6 +69,15 @@ pub(crate) fn owner_from(bytes: &[u8]) -> StoreResult<u128> {
         .try_into()
         .map_err(|_| StoreError::Corrupt(format!("an owner token of {} bytes", bytes.len())))?;
     Ok(u128::from_be_bytes(bytes))
+}
+
+/// A fingerprint read back.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn fingerprint_from(bytes: &[u8]) -> StoreResult<Fingerprint> {
+    let bytes: [u8; 16] = bytes
+        .try_into()
+        .map_err(|_| StoreError::Corrupt(format!("a fingerprint of {} bytes", bytes.len())))?;
+    Ok(Fingerprint(bytes))
 }
 
 /// A fence read back (SQL integers are signed).

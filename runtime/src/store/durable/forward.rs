@@ -5,11 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::verdict::{self, Found, Verdict};
-use super::{Backend, CompletionRow, Durable, Holder, encode};
+use super::{Backend, CompletionRow, Durable, Holder, Resolved, encode};
 use crate::key::Key;
 use crate::store::record::Completion;
 use crate::{
-    store::records::{Forget, PurgedBatch, Record, RecordCount, RecordPage, RecordQuery, Records},
+    store::records::{
+        Forget, PurgedBatch, Record, RecordCount, RecordPage, RecordQuery, Records, Resolution,
+    },
     store::{Claim, ClaimAnswer, ClaimRequest, Store, StoreError, StoreFuture, StoreResult},
 };
 
@@ -103,6 +105,27 @@ impl<D: Durable> Records for D {
                 });
             }
             Ok(forgotten.removed)
+        })
+    }
+
+    fn resolve<'a>(&'a self, key: &'a Key, how: Resolution) -> StoreFuture<'a, StoreResult<()>> {
+        let backend = self.backend();
+        StoreFuture::boxed(async move {
+            // Refused before any I/O, as a completion's result is.
+            let applied = match &how {
+                Resolution::Applied(value) => Some(value.to_json()?.into_owned()),
+                Resolution::NotApplied => None,
+            };
+            let key_text = || key.as_str().to_owned();
+            match backend.resolve(key.digest(), applied).await? {
+                Resolved::Changed => Ok(()),
+                Resolved::Missing => Err(StoreError::NoRecord { key: key_text() }),
+                Resolved::Live => Err(StoreError::LiveClaim { key: key_text() }),
+                Resolved::Known(state) => Err(StoreError::NotUnknown {
+                    key: key_text(),
+                    state,
+                }),
+            }
         })
     }
 

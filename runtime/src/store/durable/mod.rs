@@ -50,6 +50,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::key::Key;
 use crate::{
+    store::record::RecordState,
     store::records::{Record, RecordCount, RecordQuery},
     store::{Claim, ClaimRequest, StoreResult, Wait},
 };
@@ -124,6 +125,18 @@ pub struct Forgotten {
     pub live: bool,
 }
 
+/// What a resolve found under a key, the write having checked it.
+pub enum Resolved {
+    /// The unknown outcome (or the claim whose lease ran out) was resolved.
+    Changed,
+    /// No record, or one past its retention.
+    Missing,
+    /// A claim whose lease is live.
+    Live,
+    /// A record whose outcome is known, in this state.
+    Known(RecordState),
+}
+
 /// One durable store's steps, each atomic in its database.
 pub trait Backend: Send + Sync + Sized + 'static {
     /// The store's kind as traces and metrics name it.
@@ -191,6 +204,17 @@ pub trait Backend: Send + Sync + Sized + 'static {
         digest: [u8; 32],
         force: bool,
     ) -> impl Future<Output = StoreResult<Forgotten>> + Send + '_;
+
+    /// Resolves an unknown outcome, or a claim whose lease ran out: makes
+    /// it `done` with `applied` (the result as JSON text), keeping its
+    /// expiry and bumping its fence, or removes it when `applied` is
+    /// `None`, waking the waiters of a removed or resolved claim. The
+    /// statement checks the state itself.
+    fn resolve(
+        &self,
+        digest: [u8; 32],
+        applied: Option<String>,
+    ) -> impl Future<Output = StoreResult<Resolved>> + Send + '_;
 
     /// Up to `limit` records matching `query`, in key order.
     fn list<'a>(

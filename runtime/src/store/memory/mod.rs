@@ -18,6 +18,7 @@ mod records;
 mod steps;
 mod sweeper;
 
+use super::records::Resolution;
 use super::{
     Claim, ClaimAnswer, ClaimRequest, Forget, Record, RecordCount, RecordPage, RecordQuery,
     Records, Store, StoreError, StoreFuture, StoreResult,
@@ -200,6 +201,10 @@ impl Records for MemoryStore {
 
     fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
         StoreFuture::ready(self.inner.forget_now(key, how))
+    }
+
+    fn resolve<'a>(&'a self, key: &'a Key, how: Resolution) -> StoreFuture<'a, StoreResult<()>> {
+        StoreFuture::ready(self.inner.resolve_now(key, how))
     }
 
     fn list<'a>(&'a self, query: &'a RecordQuery) -> StoreFuture<'a, StoreResult<RecordPage>> {

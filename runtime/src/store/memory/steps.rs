@@ -2,6 +2,7 @@
 //! lock, with no lock held across an `.await`.
 
 use std::sync::atomic::Ordering;
+use std::time::SystemTime;
 
 use dashmap::mapref::entry::Entry;
 use tokio::sync::watch;
@@ -15,7 +16,7 @@ use crate::store::record::Completion;
 use crate::store::record::RecordState;
 use crate::tool::ToolId;
 use crate::{
-    store::records::Forget,
+    store::records::{Forget, Resolution},
     store::{Claim, ClaimAnswer, ClaimRequest, StoreError, StoreResult, Wait},
 };
 
@@ -179,5 +180,49 @@ impl Inner {
             }),
             None => Ok(false),
         }
+    }
+
+    /// Resolves an unknown outcome under the shard's lock. Here a held
+    /// claim's lease is always live: its holder is in this process.
+    pub(super) fn resolve_now(&self, key: &Key, how: Resolution) -> StoreResult<()> {
+        let Entry::Occupied(mut occupied) = self.slots.entry(key.clone()) else {
+            return Err(StoreError::NoRecord {
+                key: key.as_str().to_owned(),
+            });
+        };
+        let done = match occupied.get_mut() {
+            Slot::Held(_) => {
+                return Err(StoreError::LiveClaim {
+                    key: key.as_str().to_owned(),
+                });
+            }
+            Slot::Done(done) if done.expires_at <= Instant::now() => {
+                return Err(StoreError::NoRecord {
+                    key: key.as_str().to_owned(),
+                });
+            }
+            Slot::Done(done) if done.finished.state != RecordState::Unknown => {
+                return Err(StoreError::NotUnknown {
+                    key: key.as_str().to_owned(),
+                    state: done.finished.state,
+                });
+            }
+            Slot::Done(done) => done,
+        };
+        match how {
+            Resolution::Applied(value) => {
+                done.finished = Completion {
+                    state: RecordState::Done,
+                    value,
+                    completed_at: SystemTime::now(),
+                };
+                // The holder that completed it can no longer complete again.
+                done.fence += 1;
+            }
+            Resolution::NotApplied => {
+                occupied.remove();
+            }
+        }
+        Ok(())
     }
 }

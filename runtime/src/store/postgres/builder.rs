@@ -12,7 +12,8 @@ use tokio_postgres::{Config, NoTls, Socket};
 
 use super::Inner;
 use super::batch::Batches;
-use super::connect::{check_schema_name, own_pool, session};
+use super::connect::{own_pool, session};
+use super::schema::check_schema_name;
 use super::error::pool_error;
 use super::listener::{Listener, SessionFn};
 use super::{DEFAULT_COALESCE_BATCH, DEFAULT_PURGE_BATCH, PostgresStore};

@@ -1,6 +1,6 @@
 //! How a Postgres store's own connections are made: its pool (each
 //! connection's `search_path` the store's schema, if one was set), the
-//! listener's session, their timeouts, and the schema's name checked.
+//! listener's session, and their timeouts.
 
 use std::time::Duration;
 
@@ -17,39 +17,6 @@ fn with_timeouts(mut config: Config) -> Config {
         config.connect_timeout(Duration::from_secs(5));
     }
     config
-}
-
-/// Refuses a schema name that is not a plain identifier, so that it is the
-/// same name quoted or not and needs no escaping in a connection's options.
-pub(super) fn check_schema_name(name: &str) -> StoreResult<()> {
-    let refuse = |why: &str| {
-        Err(StoreError::BadSetting {
-            setting: "schema",
-            problem: format!(
-                "`{}` {why}; a schema name is a lowercase ASCII letter or `_`, then lowercase \
-                 letters, digits or `_`, at most 63 bytes, not beginning with `pg_`",
-                name.escape_debug()
-            ),
-        })
-    };
-    let mut chars = name.chars();
-    match chars.next() {
-        None => return refuse("is empty"),
-        Some(c) if !(c.is_ascii_lowercase() || c == '_') => {
-            return refuse("does not begin with a lowercase letter or `_`");
-        }
-        Some(_) => {}
-    }
-    if !chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
-        return refuse("is not a plain identifier");
-    }
-    if name.len() > 63 {
-        return refuse("is longer than Postgres keeps a name");
-    }
-    if name.starts_with("pg_") {
-        return refuse("begins with `pg_`, which Postgres keeps for its own schemas");
-    }
-    Ok(())
 }
 
 /// A pool of the store's own, each connection's `search_path` the schema if

@@ -67,6 +67,7 @@ pub(super) fn read_record(found: &tokio_postgres::Row) -> StoreResult<Record> {
         key: Key::from_recorded(found.try_get("key_text").map_err(corrupt)?),
         tool: ToolId::owned(found.try_get::<_, String>("tool").map_err(corrupt)?),
         state,
+        fingerprint: encode::fingerprint_from(found.try_get("fingerprint").map_err(corrupt)?)?,
         fence: fence_from(found.try_get("fence").map_err(corrupt)?)?,
         taken_over: found.try_get("taken_over").map_err(corrupt)?,
         owner,

@@ -6,10 +6,8 @@ use deadpool_postgres::GenericClient;
 use super::PostgresStore;
 use super::error::{corrupt, pg_error, pool_error};
 use super::sql;
-#[cfg(doc)]
-use crate::store::StoreError;
-use crate::store::StoreResult;
 use crate::store::schema::{self, SCHEMA_VERSION};
+use crate::store::{StoreError, StoreResult};
 
 /// The schema [`PostgresStore::migrate`] applies, at [`SCHEMA_VERSION`],
 /// for a DBA to read or apply by hand.
@@ -107,4 +105,37 @@ async fn version_of(client: &impl GenericClient) -> StoreResult<u32> {
         found
     };
     Ok(u32::try_from(found).unwrap_or(0))
+}
+
+/// Refuses a schema name that is not a plain identifier, so that it is the
+/// same name quoted or not and needs no escaping in a connection's options.
+pub(super) fn check_schema_name(name: &str) -> StoreResult<()> {
+    let refuse = |why: &str| {
+        Err(StoreError::BadSetting {
+            setting: "schema",
+            problem: format!(
+                "`{}` {why}; a schema name is a lowercase ASCII letter or `_`, then lowercase \
+                 letters, digits or `_`, at most 63 bytes, not beginning with `pg_`",
+                name.escape_debug()
+            ),
+        })
+    };
+    let mut chars = name.chars();
+    match chars.next() {
+        None => return refuse("is empty"),
+        Some(c) if !(c.is_ascii_lowercase() || c == '_') => {
+            return refuse("does not begin with a lowercase letter or `_`");
+        }
+        Some(_) => {}
+    }
+    if !chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
+        return refuse("is not a plain identifier");
+    }
+    if name.len() > 63 {
+        return refuse("is longer than Postgres keeps a name");
+    }
+    if name.starts_with("pg_") {
+        return refuse("begins with `pg_`, which Postgres keeps for its own schemas");
+    }
+    Ok(())
 }

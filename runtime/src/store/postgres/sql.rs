@@ -379,6 +379,45 @@ SELECT (SELECT count(*) FROM gone) AS forgotten,
        EXISTS (SELECT 1 FROM idempotent_claims WHERE key_digest = $1 AND state = 'held') AS held",
 };
 
+/// Resolves an unknown outcome, or a claim whose lease ran out, within its
+/// retention: as applied (`$2` the result) it becomes `done`, its expiry
+/// kept and its fence bumped so that its holder's late completion changes
+/// nothing; as not applied (`$2` `NULL`) it goes. Wakes a resolved claim's
+/// waiters. Says whether it resolved the row, and the state it found under
+/// the key within its retention (`NULL` for none), from before the
+/// statement. `$3` is the [`NOTIFY_CHANNEL`].
+pub(super) const RESOLVE: Statement = Statement {
+    name: "resolve",
+    sql: "\
+WITH target AS (
+    SELECT key_digest, state FROM idempotent_claims
+    WHERE key_digest = $1 AND expires_at > now()
+      AND (state = 'unknown' OR (state = 'held' AND lease_until <= now()))
+    FOR UPDATE
+),
+applied AS (
+    UPDATE idempotent_claims c
+    SET state = 'done', result = $2::text, completed_at = now(), lease_until = NULL,
+        fence = c.fence + 1
+    FROM target
+    WHERE c.key_digest = target.key_digest AND $2::text IS NOT NULL
+    RETURNING c.key_digest
+),
+gone AS (
+    DELETE FROM idempotent_claims c USING target
+    WHERE c.key_digest = target.key_digest AND $2::text IS NULL
+    RETURNING c.key_digest
+),
+woken AS (
+    SELECT pg_notify($3::text, encode(key_digest, 'hex')) FROM target
+    WHERE state = 'held'
+)
+SELECT (SELECT count(*) FROM applied) + (SELECT count(*) FROM gone) AS resolved,
+       (SELECT count(*) FROM woken) AS woken,
+       (SELECT state FROM idempotent_claims WHERE key_digest = $1 AND expires_at > now())
+           AS found",
+};
+
 /// One page of records. `$1` the state, `$2` the tool, `$3` the run (a
 /// prefix of the key), `$4` the age in milliseconds, `$5` the key to start
 /// after, `$6` the rows to return; a `NULL` matches anything. Keys
@@ -388,7 +427,7 @@ pub(super) const LIST: Statement = Statement {
     name: "list",
     sql: "\
 SELECT key_text, tool, state, owner, fence, taken_over, lease_until, result,
-       completed_at, expires_at
+       completed_at, expires_at, fingerprint
 FROM idempotent_claims
 WHERE ($1::text IS NULL OR state = $1::text)
   AND ($2::text IS NULL OR tool = $2::text)
@@ -406,7 +445,7 @@ pub(super) const INSPECT: Statement = Statement {
     name: "inspect",
     sql: "\
 SELECT key_text, tool, state, owner, fence, taken_over, lease_until, result,
-       completed_at, expires_at
+       completed_at, expires_at, fingerprint
 FROM idempotent_claims
 WHERE key_digest = $1",
 };

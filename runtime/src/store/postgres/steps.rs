@@ -12,7 +12,7 @@ use super::sql::{self, Statement};
 use super::wait::{Subscription, wait_on};
 use super::{Inner, NOTIFY_CHANNEL};
 use crate::key::Key;
-use crate::store::durable::{Backend, CompletionRow, Forgotten, Found, Holder, encode};
+use crate::store::durable::{Backend, CompletionRow, Forgotten, Found, Holder, Resolved, encode};
 use crate::tool::ToolId;
 use crate::{
     store::record::RecordState,
@@ -195,6 +195,24 @@ impl Backend for Inner {
             removed: forgotten > 0,
             live: found.try_get("held").map_err(corrupt)?,
         })
+    }
+
+    async fn resolve(&self, digest: [u8; 32], applied: Option<String>) -> StoreResult<Resolved> {
+        let params: [&(dyn ToSql + Sync); 3] = [&digest.as_slice(), &applied, &NOTIFY_CHANNEL];
+        let rows = self.query(sql::RESOLVE, &params).await?;
+        let found = rows
+            .first()
+            .ok_or_else(|| StoreError::Corrupt("a resolve that returned no row".into()))?;
+        let resolved: i64 = found.try_get("resolved").map_err(corrupt)?;
+        if resolved > 0 {
+            return Ok(Resolved::Changed);
+        }
+        let state: Option<String> = found.try_get("found").map_err(corrupt)?;
+        match state.as_deref().map(encode::record_state).transpose()? {
+            None => Ok(Resolved::Missing),
+            Some(RecordState::Held) => Ok(Resolved::Live),
+            Some(known) => Ok(Resolved::Known(known)),
+        }
     }
 
     async fn list<'a>(&'a self, query: &'a RecordQuery, limit: i64) -> StoreResult<Vec<Record>> {

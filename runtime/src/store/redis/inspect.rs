@@ -15,6 +15,7 @@ use super::connection::Connection;
 use super::error::{corrupt, redis_error};
 use super::scripts::{MAX_RELOADS, SCRIPTS};
 use super::steps::parse;
+use crate::fingerprint::Fingerprint;
 use crate::key::Key;
 use crate::store::record::RecordValue;
 use crate::tool::ToolId;
@@ -203,6 +204,7 @@ fn decode(reply: Value) -> StoreResult<Option<(Record, SystemTime)>> {
         key: Key::from_recorded(&key),
         tool: ToolId::owned(tool),
         state,
+        fingerprint: fingerprint(field(12))?,
         fence: parse(field(6), "read", "fence")?,
         taken_over: field(7).as_deref() == Some("1"),
         owner,
@@ -220,6 +222,15 @@ fn decode(reply: Value) -> StoreResult<Option<(Record, SystemTime)>> {
             .map(|ms| now + Duration::from_millis(ms)),
     };
     Ok(Some((record, now)))
+}
+
+/// A fingerprint as the claim script wrote it, in hex.
+fn fingerprint(hex: Option<String>) -> StoreResult<Fingerprint> {
+    let hex = hex.ok_or_else(|| corrupt("read", "a record without a fingerprint"))?;
+    let mut bytes = [0u8; 16];
+    hex::decode_to_slice(&hex, &mut bytes)
+        .map_err(|_| corrupt("read", format_args!("a fingerprint `{hex}`")))?;
+    Ok(Fingerprint(bytes))
 }
 
 /// A time the scripts wrote, in milliseconds since the Unix epoch.

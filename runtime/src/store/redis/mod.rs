@@ -60,6 +60,7 @@ use std::time::Duration;
 use self::batch::{Answered, ScriptAsk};
 use self::connection::Connection;
 use self::listener::Listener;
+use super::records::Resolution;
 use super::{
     Claim, ClaimAnswer, ClaimRequest, Forget, Record, RecordCount, RecordPage, RecordQuery,
     Records, Store, StoreFuture, StoreResult,
@@ -316,6 +317,10 @@ impl Records for RedisStore {
 
     fn forget_with<'a>(&'a self, key: &'a Key, how: Forget) -> StoreFuture<'a, StoreResult<bool>> {
         StoreFuture::boxed(self.inner.forget(key, how))
+    }
+
+    fn resolve<'a>(&'a self, key: &'a Key, how: Resolution) -> StoreFuture<'a, StoreResult<()>> {
+        StoreFuture::boxed(self.inner.resolve(key, how))
     }
 
     fn list<'a>(&'a self, query: &'a RecordQuery) -> StoreFuture<'a, StoreResult<RecordPage>> {

@@ -36,18 +36,20 @@ pub(super) struct Scripts {
     pub(super) release: Script,
     pub(super) renew: Script,
     pub(super) forget: Script,
+    pub(super) resolve: Script,
     pub(super) read: Script,
 }
 
 impl Scripts {
     /// Each script, for loading them all at once.
-    pub(super) fn all(&self) -> [&Script; 6] {
+    pub(super) fn all(&self) -> [&Script; 7] {
         [
             &self.claim,
             &self.complete,
             &self.release,
             &self.renew,
             &self.forget,
+            &self.resolve,
             &self.read,
         ]
     }
@@ -60,6 +62,7 @@ pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     release: Script::new("release", include_str!("release.lua")),
     renew: Script::new("renew", include_str!("renew.lua")),
     forget: Script::new("forget", include_str!("forget.lua")),
+    resolve: Script::new("resolve", include_str!("resolve.lua")),
     read: Script::new("read", include_str!("read.lua")),
 });
 
@@ -72,7 +75,7 @@ mod tests {
         let mut hashes: Vec<_> = SCRIPTS.all().iter().map(|s| s.hash.clone()).collect();
         hashes.sort();
         hashes.dedup();
-        assert_eq!(hashes.len(), 6);
+        assert_eq!(hashes.len(), 7);
         assert!(hashes.iter().all(|h| h.len() == 40));
     }
 

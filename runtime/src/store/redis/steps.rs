@@ -20,7 +20,7 @@ use crate::outcome::ConflictReason;
 use crate::store::record::RecordState;
 use crate::store::record::{Completion, RecordValue};
 use crate::{
-    store::records::Forget,
+    store::records::{Forget, Resolution},
     store::{Claim, ClaimAnswer, ClaimRequest, StoreError, StoreResult, Wait},
 };
 
@@ -270,6 +270,37 @@ impl Inner {
             _ => Err(StoreError::LiveClaim {
                 key: key.as_str().to_owned(),
             }),
+        }
+    }
+
+    pub(super) async fn resolve(&self, key: &Key, how: Resolution) -> StoreResult<()> {
+        // Refused before any I/O, as a completion's result is.
+        let (applied, result) = match &how {
+            Resolution::Applied(value) => ("1", value.to_json()?.into_owned()),
+            Resolution::NotApplied => ("0", String::new()),
+        };
+        let digest = key.digest();
+        let digest_hex = hex::encode(digest);
+        let completed_at = unix_millis(SystemTime::now()).to_string();
+        let args = [applied, &result, &completed_at, &self.channel, &digest_hex];
+        let record = self.record_key(&digest);
+        let (resolved, _) = self
+            .call_for_number(&SCRIPTS.resolve, &record, &args, false)
+            .await?;
+        let key_text = || key.as_str().to_owned();
+        match resolved {
+            1 => Ok(()),
+            0 => Err(StoreError::NoRecord { key: key_text() }),
+            -1 => Err(StoreError::LiveClaim { key: key_text() }),
+            2 => Err(StoreError::NotUnknown {
+                key: key_text(),
+                state: RecordState::Done,
+            }),
+            3 => Err(StoreError::NotUnknown {
+                key: key_text(),
+                state: RecordState::Failed,
+            }),
+            other => Err(corrupt(SCRIPTS.resolve.name, format_args!("{other}"))),
         }
     }
 

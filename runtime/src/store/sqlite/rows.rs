@@ -90,6 +90,7 @@ pub(super) struct RawRecord {
     result: Option<String>,
     completed_at: Option<i64>,
     expires_at: i64,
+    fingerprint: Vec<u8>,
 }
 
 pub(super) fn read_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRecord> {
@@ -104,6 +105,7 @@ pub(super) fn read_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRecord> 
         result: r.get(7)?,
         completed_at: r.get(8)?,
         expires_at: r.get(9)?,
+        fingerprint: r.get(10)?,
     })
 }
 
@@ -115,6 +117,7 @@ impl RawRecord {
             key: Key::from_recorded(&self.key_text),
             tool: ToolId::owned(self.tool),
             state,
+            fingerprint: encode::fingerprint_from(&self.fingerprint)?,
             fence: fence_from(self.fence)?,
             taken_over: self.taken_over,
             owner: if held {

@@ -95,6 +95,41 @@ pub(super) const FORGET: &str = "\
 DELETE FROM idempotent_claims
 WHERE key_digest = ?1 AND (state <> 'held' OR lease_until <= ?2 OR ?3)";
 
+/// The record's state a resolve may change: an unknown outcome, or a claim
+/// whose lease ran out, within its retention.
+macro_rules! resolvable {
+    () => {
+        "key_digest = ?1 AND expires_at > ?2
+  AND (state = 'unknown' OR (state = 'held' AND lease_until <= ?2))"
+    };
+}
+
+/// Resolves an unknown outcome as applied: `done` with the provider's
+/// result, its expiry kept, its fence bumped so that its holder's late
+/// completion changes nothing. `?1` digest, `?2` now, `?3` the result.
+pub(super) const RESOLVE_APPLIED: &str = concat!(
+    "\
+UPDATE idempotent_claims
+SET state = 'done', result = ?3, completed_at = ?2, lease_until = NULL, fence = fence + 1
+WHERE ",
+    resolvable!()
+);
+
+/// Resolves an unknown outcome as not applied: the row goes. `?1` digest,
+/// `?2` now.
+pub(super) const RESOLVE_NOT_APPLIED: &str = concat!(
+    "\
+DELETE FROM idempotent_claims
+WHERE ",
+    resolvable!()
+);
+
+/// What a resolve that changed nothing found, in the same transaction:
+/// the state of the row within its retention. `?1` digest, `?2` now.
+pub(super) const RESOLVE_FOUND: &str = "\
+SELECT state FROM idempotent_claims
+WHERE key_digest = ?1 AND expires_at > ?2";
+
 /// Whether a held claim is left under a key that a forget did not remove.
 pub(super) const HELD: &str =
     "SELECT 1 FROM idempotent_claims WHERE key_digest = ?1 AND state = 'held'";
@@ -105,7 +140,7 @@ pub(super) const HELD: &str =
 /// Columns as [`super::rows::read_record`] takes them.
 pub(super) const LIST: &str = "\
 SELECT key_text, tool, state, owner, fence, taken_over, lease_until, result,
-       completed_at, expires_at
+       completed_at, expires_at, fingerprint
 FROM idempotent_claims
 WHERE (?1 IS NULL OR state = ?1)
   AND (?2 IS NULL OR tool = ?2)
@@ -119,7 +154,7 @@ LIMIT ?6";
 /// One key's record. Columns as [`super::rows::read_record`] takes them.
 pub(super) const INSPECT: &str = "\
 SELECT key_text, tool, state, owner, fence, taken_over, lease_until, result,
-       completed_at, expires_at
+       completed_at, expires_at, fingerprint
 FROM idempotent_claims
 WHERE key_digest = ?1";
 

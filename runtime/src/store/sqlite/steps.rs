@@ -17,7 +17,7 @@ use super::sql;
 use super::writer::{Done, Step, Writer};
 use crate::key::Key;
 use crate::store::durable::wait::{self, Backoff, Wakeup};
-use crate::store::durable::{Backend, CompletionRow, Forgotten, Found, Holder, encode};
+use crate::store::durable::{Backend, CompletionRow, Forgotten, Found, Holder, Resolved, encode};
 use crate::tool::ToolId;
 use crate::{
     store::record::RecordState,
@@ -261,6 +261,51 @@ impl Backend for Inner {
             self.settle();
         }
         Ok(forgotten)
+    }
+
+    async fn resolve(&self, digest: [u8; 32], applied: Option<String>) -> StoreResult<Resolved> {
+        // `None`: resolved; otherwise the state left under the key, if any.
+        let left = self
+            .run(move |conn| {
+                // The write checks the state; the read after it, in the same
+                // transaction, only says why it changed nothing.
+                let tx = conn.unchecked_transaction()?;
+                let now = now_millis();
+                let changed = match &applied {
+                    Some(json) => tx.prepare_cached(sql::RESOLVE_APPLIED)?.execute(params![
+                        digest.as_slice(),
+                        now,
+                        json
+                    ])?,
+                    None => tx
+                        .prepare_cached(sql::RESOLVE_NOT_APPLIED)?
+                        .execute(params![digest.as_slice(), now])?,
+                };
+                let left = if changed > 0 {
+                    None
+                } else {
+                    Some(
+                        tx.prepare_cached(sql::RESOLVE_FOUND)?
+                            .query_row(params![digest.as_slice(), now], |r| r.get::<_, String>(0))
+                            .optional()?,
+                    )
+                };
+                tx.commit()?;
+                Ok(left)
+            })
+            .await?;
+        match left {
+            None => {
+                // A resolved claim's waiters in this process look again.
+                self.settle();
+                Ok(Resolved::Changed)
+            }
+            Some(None) => Ok(Resolved::Missing),
+            Some(Some(state)) => match encode::record_state(&state)? {
+                RecordState::Held => Ok(Resolved::Live),
+                known => Ok(Resolved::Known(known)),
+            },
+        }
     }
 
     async fn list<'a>(&'a self, query: &'a RecordQuery, limit: i64) -> StoreResult<Vec<Record>> {

@@ -251,9 +251,38 @@ SELECT (SELECT count(*) FROM gone) AS forgotten,
        (SELECT count(*) FROM woken) AS woken,
        EXISTS (SELECT 1 FROM idempotent_claims WHERE key_digest = $1 AND state = 'held') AS held;
 
+-- resolve
+WITH target AS (
+    SELECT key_digest, state FROM idempotent_claims
+    WHERE key_digest = $1 AND expires_at > now()
+      AND (state = 'unknown' OR (state = 'held' AND lease_until <= now()))
+    FOR UPDATE
+),
+applied AS (
+    UPDATE idempotent_claims c
+    SET state = 'done', result = $2::text, completed_at = now(), lease_until = NULL,
+        fence = c.fence + 1
+    FROM target
+    WHERE c.key_digest = target.key_digest AND $2::text IS NOT NULL
+    RETURNING c.key_digest
+),
+gone AS (
+    DELETE FROM idempotent_claims c USING target
+    WHERE c.key_digest = target.key_digest AND $2::text IS NULL
+    RETURNING c.key_digest
+),
+woken AS (
+    SELECT pg_notify($3::text, encode(key_digest, 'hex')) FROM target
+    WHERE state = 'held'
+)
+SELECT (SELECT count(*) FROM applied) + (SELECT count(*) FROM gone) AS resolved,
+       (SELECT count(*) FROM woken) AS woken,
+       (SELECT state FROM idempotent_claims WHERE key_digest = $1 AND expires_at > now())
+           AS found;
+
 -- list
 SELECT key_text, tool, state, owner, fence, taken_over, lease_until, result,
-       completed_at, expires_at
+       completed_at, expires_at, fingerprint
 FROM idempotent_claims
 WHERE ($1::text IS NULL OR state = $1::text)
   AND ($2::text IS NULL OR tool = $2::text)
@@ -267,7 +296,7 @@ LIMIT $6::bigint;
 
 -- inspect
 SELECT key_text, tool, state, owner, fence, taken_over, lease_until, result,
-       completed_at, expires_at
+       completed_at, expires_at, fingerprint
 FROM idempotent_claims
 WHERE key_digest = $1;
 

@@ -6,7 +6,7 @@
 use super::*;
 use crate::store::postgres_store::NOTIFY_CHANNEL;
 
-const STATEMENTS: [Statement; 18] = [
+const STATEMENTS: [Statement; 19] = [
     SCHEMA_VERSION_OF,
     NEWEST_VERSION,
     MIGRATE_LOCK,
@@ -22,6 +22,7 @@ const STATEMENTS: [Statement; 18] = [
     HELD_BY,
     PURGE,
     FORGET,
+    RESOLVE,
     LIST,
     INSPECT,
     COUNT,
@@ -58,6 +59,7 @@ fn notifications_go_to_the_channel_the_listener_listens_on() {
         COMPLETE_MANY_ASYNC,
         RELEASE,
         FORGET,
+        RESOLVE,
     ] {
         assert!(
             !statement.sql.contains("pg_notify('"),

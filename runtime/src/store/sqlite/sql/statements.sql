@@ -65,12 +65,27 @@ DELETE FROM idempotent_claims WHERE rowid IN (
 DELETE FROM idempotent_claims
 WHERE key_digest = ?1 AND (state <> 'held' OR lease_until <= ?2 OR ?3);
 
+-- resolve applied
+UPDATE idempotent_claims
+SET state = 'done', result = ?3, completed_at = ?2, lease_until = NULL, fence = fence + 1
+WHERE key_digest = ?1 AND expires_at > ?2
+  AND (state = 'unknown' OR (state = 'held' AND lease_until <= ?2));
+
+-- resolve not applied
+DELETE FROM idempotent_claims
+WHERE key_digest = ?1 AND expires_at > ?2
+  AND (state = 'unknown' OR (state = 'held' AND lease_until <= ?2));
+
+-- resolve found
+SELECT state FROM idempotent_claims
+WHERE key_digest = ?1 AND expires_at > ?2;
+
 -- held
 SELECT 1 FROM idempotent_claims WHERE key_digest = ?1 AND state = 'held';
 
 -- list
 SELECT key_text, tool, state, owner, fence, taken_over, lease_until, result,
-       completed_at, expires_at
+       completed_at, expires_at, fingerprint
 FROM idempotent_claims
 WHERE (?1 IS NULL OR state = ?1)
   AND (?2 IS NULL OR tool = ?2)
@@ -83,7 +98,7 @@ LIMIT ?6;
 
 -- inspect
 SELECT key_text, tool, state, owner, fence, taken_over, lease_until, result,
-       completed_at, expires_at
+       completed_at, expires_at, fingerprint
 FROM idempotent_claims
 WHERE key_digest = ?1;
 

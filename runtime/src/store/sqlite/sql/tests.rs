@@ -4,7 +4,7 @@
 
 use super::*;
 
-const STATEMENTS: [(&str, &str); 14] = [
+const STATEMENTS: [(&str, &str); 17] = [
     ("claim", CLAIM),
     ("peek completed", PEEK_COMPLETED),
     ("complete", COMPLETE),
@@ -13,6 +13,9 @@ const STATEMENTS: [(&str, &str); 14] = [
     ("held by", HELD_BY),
     ("purge", PURGE),
     ("forget", FORGET),
+    ("resolve applied", RESOLVE_APPLIED),
+    ("resolve not applied", RESOLVE_NOT_APPLIED),
+    ("resolve found", RESOLVE_FOUND),
     ("held", HELD),
     ("list", LIST),
     ("inspect", INSPECT),
