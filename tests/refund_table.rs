@@ -52,7 +52,8 @@ async fn assert_row(version: &str, refunds: usize, calls: usize, model_got: &str
 }
 
 #[tokio::test]
-async fn the_table_has_the_six_usual_versions_the_four_idempotent_rows_then_the_two_ledger_rows() {
+async fn the_table_has_the_six_usual_versions_the_four_idempotent_rows_the_ledger_rows_then_the_keyless_provider_rows()
+ {
     let versions: Vec<_> = table().await.rows.iter().map(|row| row.version).collect();
     assert_eq!(
         versions,
@@ -69,6 +70,9 @@ async fn the_table_has_the_six_usual_versions_the_four_idempotent_rows_then_the_
             "#[idempotent]: $42, then $41 on the same order",
             "ledger in SQLite: crashes after its write",
             "ledger in SQLite: same crash, in a transaction",
+            "provider ignores keys: answer lost, retried",
+            "provider ignores keys: with `verify`",
+            "provider ignores keys: reported, then resolved",
         ]
     );
 }
@@ -210,6 +214,40 @@ async fn a_ledger_write_in_the_calls_transaction_is_written_once_through_a_crash
         1,
         2,
         "error / fresh re_1",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_retry_after_a_lost_answer_refunds_twice_where_the_provider_ignores_keys() {
+    // The failure released the claim; the retry handed the provider the same
+    // key, which it ignored.
+    assert_row(
+        "provider ignores keys: answer lost, retried",
+        2,
+        2,
+        "error / fresh re_2",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_lost_answer_verified_with_the_provider_refunds_once() {
+    // The error may have followed the refund: the provider was asked, had
+    // it, and the call answered with it; the model had no reason to retry.
+    assert_row("provider ignores keys: with `verify`", 1, 1, "fresh re_1").await;
+}
+
+#[tokio::test]
+async fn a_lost_answer_reported_then_resolved_refunds_once() {
+    // The call saw its own error, the retry was told the outcome is unknown,
+    // and once an operator resolved the key with the provider's refund the
+    // next ask replayed it.
+    assert_row(
+        "provider ignores keys: reported, then resolved",
+        1,
+        1,
+        "error / error / replay re_1",
     )
     .await;
 }

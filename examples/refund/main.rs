@@ -3,9 +3,10 @@
 //! A scripted model asks to refund order 1182 twice, and each version of the
 //! `refund_order` tool runs against a fresh stand-in payment provider, which
 //! counts the refunds it made. The first six versions are the usual ways to
-//! write the tool; the next four rows are `#[idempotent]`. The last two keep
+//! write the tool; the next four rows are `#[idempotent]`. The next two keep
 //! the refund as a row in the shop's own SQLite database, and crash between
-//! that write and the record of the call.
+//! that write and the record of the call. The last three face a provider
+//! that ignores keys and loses its answer to the refund.
 //!
 //! ```sh
 //! cargo run --example refund
@@ -16,6 +17,7 @@ mod ledger;
 mod model;
 mod shop;
 mod table;
+mod unknown;
 mod versions;
 
 pub use attempt::{attempt, attempt_in, tools};
@@ -25,6 +27,7 @@ pub use model::{
 };
 pub use shop::Shop;
 pub use table::{Row, Table};
+pub use unknown::{reported_then_resolved, shop_losing_the_answer, verified};
 pub use versions::{
     check_then_act, claim_then_act, guarded, key_is_call_id, key_is_run_and_order, no_key,
 };
@@ -152,6 +155,43 @@ pub async fn table() -> Result<Table, shop::PayError> {
         "ledger in SQLite: same crash, in a transaction",
         "one: the write and the call's record commit together, so the crash left neither",
         &row,
+    );
+
+    // 9. The provider ignores keys, and the answer to the refund is lost: rerun, verify, or report.
+    let row = attempt_in(
+        shop_losing_the_answer(),
+        &together,
+        once_then_again_if_it_failed(),
+        guarded,
+    )
+    .await;
+    table.push(
+        "provider ignores keys: answer lost, retried",
+        "two: the retry acted again, and this provider ignores the key",
+        &row,
+    );
+    let row = attempt_in(
+        shop_losing_the_answer(),
+        &together,
+        once_then_again_if_it_failed(),
+        verified,
+    )
+    .await;
+    table.push(
+        "provider ignores keys: with `verify`",
+        "one: the failure may have followed the refund, so the provider was asked, and it had it",
+        &row,
+    );
+    let rows = reported_then_resolved(
+        shop_losing_the_answer(),
+        &together,
+        once_then_again_if_it_failed(),
+    )
+    .await?;
+    table.push_all(
+        "provider ignores keys: reported, then resolved",
+        "one: the retry was told the outcome is unknown; once resolved, the next ask replays it",
+        &rows,
     );
 
     Ok(table)

@@ -28,13 +28,30 @@ pub struct Table {
 
 impl Table {
     pub(super) fn push(&mut self, version: &'static str, verdict: &'static str, attempt: &Attempt) {
-        let steps = attempt.transcript.steps().iter().map(|step| {
-            let calls: Vec<String> = step
-                .iter()
-                .map(|result| summary(&result.seen_by_model()))
-                .collect();
-            calls.join(", ")
-        });
+        self.push_all(version, verdict, std::slice::from_ref(attempt));
+    }
+
+    /// One row for attempts played one after the other against one provider:
+    /// its counts as the last left them, and every step the model took.
+    pub(super) fn push_all(
+        &mut self,
+        version: &'static str,
+        verdict: &'static str,
+        attempts: &[Attempt],
+    ) {
+        let Some(attempt) = attempts.last() else {
+            return;
+        };
+        let steps = attempts
+            .iter()
+            .flat_map(|a| a.transcript.steps())
+            .map(|step| {
+                let calls: Vec<String> = step
+                    .iter()
+                    .map(|result| summary(&result.seen_by_model()))
+                    .collect();
+                calls.join(", ")
+            });
         self.rows.push(Row {
             version,
             verdict,
@@ -103,7 +120,8 @@ impl fmt::Display for Table {
              how many refund requests reached it. A provider that honours keys answers a repeat with\n\
              the first refund, so 1 on file after 2 calls means the provider saved the day; 1 after 1\n\
              means the tool stopped the repeat itself. In the two ledger rows the refund is a row in the\n\
-             shop's own database: \"on file\" counts the rows committed, \"received\" the writes begun."
+             shop's own database: \"on file\" counts the rows committed, \"received\" the writes begun.\n\
+             In the last three the provider ignores keys, and its answer to the first refund is lost."
         )?;
         let pretty = |value: &Option<serde_json::Value>| {
             value

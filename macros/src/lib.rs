@@ -174,7 +174,7 @@ mod values;
 /// releases the claim and a retry acts; an unknown one never does. It goes
 /// to the tool's verification if it has one, or else is recorded as an
 /// unknown outcome, and every later call gets `Error::UnknownOutcome` until
-/// an operator forgets the key. An error type that does not implement
+/// an operator resolves the key. An error type that does not implement
 /// `Classify` is definite throughout: every error releases the claim.
 ///
 /// `verify = find_refund` names an `async fn` that takes the call's `Key`,
