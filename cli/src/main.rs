@@ -316,24 +316,57 @@ async fn list(store: &dyn Records, args: ListArgs, out: &mut impl Write) -> Resu
         query = query.after(after);
     }
     let (records, next) = pages(store, query, args.all).await?;
-    if args.json {
-        let records: Vec<_> = records.iter().map(print::record_json).collect();
-        return write(
-            out,
-            &json!({ "records": records, "next": next }).to_string(),
-        );
-    }
-    if records.is_empty() {
-        eprintln!("no records match");
-        return Ok(());
-    }
-    write(out, print::table(&records, SystemTime::now()).trim_end())?;
-    if let Some(next) = next {
-        eprintln!(
-            "note: more records follow; add `--after '{next}'` for the next page, or `--all`"
-        );
-    }
+    let listing = Listing {
+        json: print::record_json,
+        table: print::table,
+        none: "no records match",
+        more: "records",
+    };
+    listing.print(&records, next, args.json, out)?;
     Ok(())
+}
+
+/// How a listing prints: as JSON, or as a table.
+struct Listing {
+    json: fn(&Record) -> serde_json::Value,
+    table: fn(&[Record], SystemTime) -> String,
+    /// What is said when nothing matched.
+    none: &'static str,
+    /// What the records are called, when more follow.
+    more: &'static str,
+}
+
+impl Listing {
+    /// Prints `records` and where the next page starts; whether it printed
+    /// a table of any.
+    fn print(
+        &self,
+        records: &[Record],
+        next: Option<String>,
+        as_json: bool,
+        out: &mut impl Write,
+    ) -> Result<bool, CliError> {
+        if as_json {
+            let records: Vec<_> = records.iter().map(self.json).collect();
+            write(
+                out,
+                &json!({ "records": records, "next": next }).to_string(),
+            )?;
+            return Ok(false);
+        }
+        if records.is_empty() {
+            eprintln!("{}", self.none);
+            return Ok(false);
+        }
+        write(out, (self.table)(records, SystemTime::now()).trim_end())?;
+        if let Some(next) = next {
+            eprintln!(
+                "note: more {} follow; add `--after '{next}'` for the next page, or `--all`",
+                self.more
+            );
+        }
+        Ok(true)
+    }
 }
 
 /// The records of one page, or of every page from it on with `all`, and
@@ -370,28 +403,18 @@ async fn pending(
         query = query.after(after);
     }
     let (records, next) = pages(store, query, args.all).await?;
-    if args.json {
-        let records: Vec<_> = records.iter().map(print::pending_json).collect();
-        return write(
-            out,
-            &json!({ "records": records, "next": next }).to_string(),
+    let listing = Listing {
+        json: print::pending_json,
+        table: print::pending_table,
+        none: "no outcome is unknown",
+        more: "keys",
+    };
+    if listing.print(&records, next, args.json, out)? {
+        eprintln!(
+            "note: ask the provider whether each action happened, then \
+             `idempotent-tools resolve KEY --applied JSON` or `--not-applied`"
         );
     }
-    if records.is_empty() {
-        eprintln!("no outcome is unknown");
-        return Ok(());
-    }
-    write(
-        out,
-        print::pending_table(&records, SystemTime::now()).trim_end(),
-    )?;
-    if let Some(next) = next {
-        eprintln!("note: more keys follow; add `--after '{next}'` for the next page, or `--all`");
-    }
-    eprintln!(
-        "note: ask the provider whether each action happened, then \
-         `idempotent-tools resolve KEY --applied JSON` or `--not-applied`"
-    );
     Ok(())
 }
 
