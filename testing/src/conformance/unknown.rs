@@ -55,6 +55,10 @@ pub(super) fn cases() -> Vec<Case> {
             []
         ),
         case!(
+            a_takeover_dropped_while_it_asks_the_provider_leaves_the_asking_to_a_task,
+            [Leases]
+        ),
+        case!(
             a_takeover_from_a_holder_that_acted_then_vanished_verifies_and_replays,
             [Leases]
         ),
@@ -289,12 +293,27 @@ async fn a_call_dropped_once_the_provider_acted_is_verified_not_released(store: 
     assert_eq!(provider.refunds(), 1, "the provider takes no key");
 }
 
-/// The call is dropped while its verification waits on the provider: the
-/// asking goes on without it, and the retry waits for what it finds.
 async fn a_call_dropped_while_it_asks_the_provider_leaves_the_asking_to_a_task(
     store: Arc<dyn Store>,
 ) {
+    dropped_while_asking(store, false).await;
+}
+
+async fn a_takeover_dropped_while_it_asks_the_provider_leaves_the_asking_to_a_task(
+    store: Arc<dyn Store>,
+) {
+    dropped_while_asking(store, true).await;
+}
+
+/// The call is dropped while its verification waits on the provider: after
+/// its own refund timed out, or, with `takeover`, as it takes over from a
+/// holder that refunded then vanished. The asking goes on without it, and
+/// the retry waits for what it finds.
+async fn dropped_while_asking(store: Arc<dyn Store>, takeover: bool) {
     let (provider, run) = (Arc::new(CountingProvider::default()), fresh_run());
+    if takeover {
+        a_holder_acted_then_vanished(&store, &run, &provider).await;
+    }
     let (asked, answer) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
     let slow_lookup = {
         let (provider, asked, answer) = (provider.clone(), asked.clone(), answer.clone());
@@ -310,10 +329,16 @@ async fn a_call_dropped_while_it_asks_the_provider_leaves_the_asking_to_a_task(
             }
         }
     };
+    let acting = provider.clone();
     let mut first = Box::pin(
         call(&store, &run)
             .verify(slow_lookup)
-            .run_classified(refunded_then_timed_out(&provider)),
+            .run_classified(async move {
+                match takeover {
+                    true => refunds(&acting, 42).await,
+                    false => refunded_then_timed_out(&acting).await,
+                }
+            }),
     );
     tokio::select! {
         ended = &mut first => panic!("the lookup has not answered: {ended:?}"),
