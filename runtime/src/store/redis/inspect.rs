@@ -11,12 +11,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redis::{ErrorKind, ServerErrorKind, Value};
 
 use super::Inner;
+use super::call::is_broken_connection;
 use super::connection::Connection;
 use super::error::{corrupt, redis_error};
 use super::scripts::{MAX_RELOADS, SCRIPTS};
 use super::steps::parse;
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
+use crate::store::durable::reconnect::Reconnecting;
 use crate::store::record::RecordValue;
 use crate::tool::ToolId;
 use crate::{
@@ -76,35 +78,22 @@ impl Inner {
     }
 
     /// Every record under the prefix, and the server's time as it read them.
+    /// A connection that broke (a restart, a failover) is made again, and
+    /// the walk starts over, within the store's reconnection budget.
     async fn read_all(&self) -> StoreResult<(Vec<Record>, SystemTime)> {
         let pattern = format!("{}{{*}}", glob_escape(&self.prefix));
-        let mut connection = self.connection();
-        let nodes = connection.primaries().await.map_err(redis_error("scan"))?;
-        let mut keys = Vec::new();
-        // On a Cluster each primary holds its own slots: walk them all.
-        for node in &nodes {
-            let mut cursor = 0u64;
-            loop {
-                self.round_trips
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let mut scan = redis::cmd("SCAN");
-                scan.arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(BATCH);
-                let (next, batch): (u64, Vec<String>) = connection
-                    .query_on(scan, node)
-                    .await
-                    .and_then(|reply| redis::from_redis_value(reply).map_err(Into::into))
-                    .map_err(redis_error("scan"))?;
-                keys.extend(batch);
-                if next == 0 {
-                    break;
+        let mut reconnecting = Reconnecting::new(self.reconnect_within);
+        let mut keys = loop {
+            let mut connection = self.connection();
+            let generation = connection.generation();
+            match self.scan(&mut connection, &pattern).await {
+                Ok(keys) => break keys,
+                Err(err) if is_broken_connection(&err) && reconnecting.again().await => {
+                    connection.renew(generation).await;
                 }
-                cursor = next;
+                Err(err) => return Err(redis_error("scan")(err)),
             }
-        }
+        };
         // SCAN may return a key twice.
         keys.sort();
         keys.dedup();
@@ -117,6 +106,38 @@ impl Inner {
             }
         }
         Ok((records, now))
+    }
+
+    /// The keys matching `pattern` on every primary.
+    async fn scan(
+        &self,
+        connection: &mut Connection,
+        pattern: &str,
+    ) -> redis::RedisResult<Vec<String>> {
+        let nodes = connection.primaries().await?;
+        let mut keys = Vec::new();
+        // On a Cluster each primary holds its own slots: walk them all.
+        for node in &nodes {
+            let mut cursor = 0u64;
+            loop {
+                self.round_trips
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(BATCH);
+                let reply = connection.query_on(scan, node).await?;
+                let (next, batch): (u64, Vec<String>) = redis::from_redis_value(reply)?;
+                keys.extend(batch);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(keys)
     }
 
     /// Reads records by their Redis keys, in one round trip (on a Cluster,
@@ -151,11 +172,17 @@ impl Inner {
             pipe.cmd("EVALSHA").arg(&script.hash).arg(1).arg(key);
         }
         let mut reloads = 0;
+        let mut reconnecting = Reconnecting::new(self.reconnect_within);
         loop {
             self.round_trips
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let generation = connection.generation();
             match pipe.query_async(&mut connection).await {
                 Ok(replies) => return Ok(replies),
+                // The reads are safe to repeat on a connection made again.
+                Err(err) if is_broken_connection(&err) && reconnecting.again().await => {
+                    connection.renew(generation).await;
+                }
                 Err(err)
                     if reloads < MAX_RELOADS
                         && err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
