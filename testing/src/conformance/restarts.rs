@@ -18,8 +18,9 @@ use super::Case;
 use super::case::Need;
 use super::kit::{
     CountingProvider, Ends, Holder, PATIENCE, RefundError, Refunded, fresh_run, refund_call,
-    refunds, within,
+    refund_key, refunds, within,
 };
+use idempotent_tools::records::{RecordQuery, Records, Resolution};
 use idempotent_tools::{
     Outcome, Run,
     store::{Claim, ClaimAnswer, ClaimRequest, Completion, Store, StoreFuture, StoreResult},
@@ -60,12 +61,22 @@ impl<R: Restart> Restarts for R {
 /// A restart case's store, on the server it restarts.
 pub(crate) struct Restartable {
     store: Arc<dyn Store>,
+    /// The same store as [`Records`], if it offers them.
+    records: Option<Arc<dyn Records>>,
     server: Box<dyn Restarts>,
 }
 
 impl Restartable {
-    pub(crate) fn new(store: Arc<dyn Store>, server: Box<dyn Restarts>) -> Restartable {
-        Restartable { store, server }
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        records: Option<Arc<dyn Records>>,
+        server: Box<dyn Restarts>,
+    ) -> Restartable {
+        Restartable {
+            store,
+            records,
+            server,
+        }
     }
 }
 
@@ -91,6 +102,7 @@ pub(super) fn cases() -> Vec<Case> {
         restart_case!(
             a_waiter_across_a_restart_ends_by_replay_and_a_completion_made_while_down_is_recorded
         ),
+        restart_case!(an_unknown_outcome_is_listed_and_resolved_after_a_restart),
     ]
 }
 
@@ -193,7 +205,9 @@ async fn went_through(what: &str, refund: tokio::task::JoinHandle<Refund>) -> Ou
 }
 
 async fn calls_before_during_and_after_a_restart_act_once_per_key(subject: Restartable) {
-    let Restartable { store, mut server } = subject;
+    let Restartable {
+        store, mut server, ..
+    } = subject;
     let watched = Watched::new(store);
     let store: Arc<dyn Store> = watched.clone();
     let run = fresh_run();
@@ -248,7 +262,9 @@ async fn calls_before_during_and_after_a_restart_act_once_per_key(subject: Resta
 async fn a_waiter_across_a_restart_ends_by_replay_and_a_completion_made_while_down_is_recorded(
     subject: Restartable,
 ) {
-    let Restartable { store, mut server } = subject;
+    let Restartable {
+        store, mut server, ..
+    } = subject;
     let unwatched = store;
     let watched = Watched::new(unwatched.clone());
     let store: Arc<dyn Store> = watched.clone();
@@ -321,6 +337,57 @@ async fn a_waiter_across_a_restart_ends_by_replay_and_a_completion_made_while_do
     assert!(again.is_replay(), "the completion made while down is kept");
     assert_eq!(provider.refunds(), 2, "one refund per held claim");
     drop((store, late_store, watched, late));
+    drop(server);
+}
+
+/// An outcome left unknown before the server restarts is listed as pending
+/// and resolved after it, on connections the restart cut: the next call
+/// replays what the operator applied, and the provider refunded once.
+async fn an_unknown_outcome_is_listed_and_resolved_after_a_restart(subject: Restartable) {
+    let Restartable {
+        store,
+        records,
+        mut server,
+    } = subject;
+    let Some(records) = records else {
+        return;
+    };
+    let (provider, run) = (Arc::new(CountingProvider::default()), fresh_run());
+    let lost = refund_call(&store, &run, "1182", 42)
+        .run_classified(async {
+            provider.refund("1182", 42);
+            Err::<Refunded, _>(RefundError::TimedOut)
+        })
+        .await;
+    assert_eq!(lost, Err(RefundError::TimedOut));
+
+    server.stop().await;
+    server.start().await;
+
+    let pending = within("the pending list", records.list(&RecordQuery::pending()))
+        .await
+        .expect("the pending list, once the server is back");
+    let key = refund_key(&run, "1182");
+    assert!(
+        pending.records.iter().any(|record| record.key == key),
+        "the unknown outcome is pending"
+    );
+    let refunded = provider.refund_of("1182").expect("the provider's refund");
+    within(
+        "the resolve",
+        records.resolve(&key, Resolution::applied(refunded)),
+    )
+    .await
+    .expect("resolved once the server is back");
+    let again = within(
+        "a call after the resolve",
+        refund_call(&store, &run, "1182", 42).run_classified(refunds(&provider, 42)),
+    )
+    .await
+    .expect("the resolved refund");
+    assert!(again.is_replay(), "{again:?}");
+    assert_eq!(again.value().map(|r| r.id.as_str()), Some("re_1"));
+    assert_eq!(provider.refunds(), 1, "one refund");
     drop(server);
 }
 

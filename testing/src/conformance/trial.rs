@@ -192,7 +192,9 @@ impl<S: Store> Suite<S> {
                     .clone()
                     .expect("a restart case runs only with a server to restart");
                 let (store, server) = open(scope).await;
-                body(super::restarts::Restartable::new(Arc::new(store), server)).await;
+                let store = Arc::new(store);
+                let records = self.records.map(|records| records(store.clone()));
+                body(super::restarts::Restartable::new(store, records, server)).await;
             }
             Body::Processes(scenario) => {
                 // The parent opens the store first (creating its file or
