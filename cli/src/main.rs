@@ -116,6 +116,16 @@ struct ListArgs {
     /// Only records that last changed longer ago than this (90s, 15m, 2h, 7d).
     #[arg(long, value_name = "AGE", value_parser = print::parse_age)]
     older_than: Option<Duration>,
+    #[command(flatten)]
+    paging: Paging,
+    /// Print JSON for scripts: {"records": [...], "next": KEY or null}.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Which page of a listing: `list`'s and `pending`'s.
+#[derive(Debug, Args)]
+struct Paging {
     /// At most this many records per page (1 to 1000).
     #[arg(long, default_value_t = DEFAULT_PAGE, value_parser = parse_limit)]
     limit: usize,
@@ -125,9 +135,17 @@ struct ListArgs {
     /// Every page, not only the first.
     #[arg(long, conflicts_with = "after")]
     all: bool,
-    /// Print JSON for scripts: {"records": [...], "next": KEY or null}.
-    #[arg(long)]
-    json: bool,
+}
+
+impl Paging {
+    /// `query` limited to the page, from where it starts.
+    fn page(&self, query: RecordQuery) -> RecordQuery {
+        let query = query.limit(self.limit);
+        match &self.after {
+            Some(after) => query.after(after.clone()),
+            None => query,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -164,15 +182,8 @@ struct PendingArgs {
     /// Only keys of this run: keys whose text up to the first `:` is it.
     #[arg(long)]
     run: Option<String>,
-    /// At most this many keys per page (1 to 1000).
-    #[arg(long, default_value_t = DEFAULT_PAGE, value_parser = parse_limit)]
-    limit: usize,
-    /// Start after this key: the `next` of the previous page.
-    #[arg(long, value_name = "KEY")]
-    after: Option<String>,
-    /// Every page, not only the first.
-    #[arg(long, conflicts_with = "after")]
-    all: bool,
+    #[command(flatten)]
+    paging: Paging,
     /// Print JSON for scripts: {"records": [...], "next": KEY or null}, each
     /// record with its `why` and `error`.
     #[arg(long)]
@@ -296,7 +307,7 @@ fn write(out: &mut impl Write, text: &str) -> Result<(), CliError> {
 }
 
 async fn list(store: &dyn Records, args: ListArgs, out: &mut impl Write) -> Result<(), CliError> {
-    let mut query = RecordQuery::new().limit(args.limit);
+    let mut query = RecordQuery::new();
     if let Some(state) = args.state {
         query = query.state(state.into());
     }
@@ -312,10 +323,7 @@ async fn list(store: &dyn Records, args: ListArgs, out: &mut impl Write) -> Resu
     if let Some(age) = args.older_than {
         query = query.older_than(age);
     }
-    if let Some(after) = args.after {
-        query = query.after(after);
-    }
-    let (records, next) = pages(store, query, args.all).await?;
+    let (records, next) = pages(store, args.paging.page(query), args.paging.all).await?;
     let listing = Listing {
         json: print::record_json,
         table: print::table,
@@ -392,17 +400,14 @@ async fn pending(
     args: PendingArgs,
     out: &mut impl Write,
 ) -> Result<(), CliError> {
-    let mut query = RecordQuery::pending().limit(args.limit);
+    let mut query = RecordQuery::pending();
     if let Some(tool) = args.tool {
         query = query.tool(tool);
     }
     if let Some(run) = args.run {
         query = query.run(run);
     }
-    if let Some(after) = args.after {
-        query = query.after(after);
-    }
-    let (records, next) = pages(store, query, args.all).await?;
+    let (records, next) = pages(store, args.paging.page(query), args.paging.all).await?;
     let listing = Listing {
         json: print::pending_json,
         table: print::pending_table,
