@@ -728,6 +728,18 @@ async fn instrument_below_the_guard_refunds_once() {
     assert_eq!(provider.refunds_of("1189"), 1);
 }
 
+/// The attribute reads free text and call ids by name at compile time, and
+/// keys built at run time from a schema read them from the runtime: one
+/// text in two crates.
+#[test]
+fn the_attribute_and_the_runtime_read_names_by_one_text() {
+    assert_eq!(
+        include_str!("../macros/src/names.rs"),
+        include_str!("../runtime/src/names.rs"),
+        "macros/src/names.rs and runtime/src/names.rs must be the same text"
+    );
+}
+
 /// The attribute refuses call ids in a key by name (`macros/src/names.rs`),
 /// and the fingerprint leaves the same names out (`runtime/src/fingerprint/call_ids.rs`):
 /// two lists in two crates, which must name the same ids.

@@ -4,6 +4,8 @@
 //! expired records and counts them. It never creates a schema.
 
 mod error;
+#[cfg(feature = "gateway")]
+mod gateway;
 mod print;
 mod target;
 
@@ -95,6 +97,10 @@ enum Command {
     Purge(JsonArg),
     /// Count records by tool and state.
     Stats(JsonArg),
+    /// Serve an MCP server's tools to MCP clients, guarding the tools a
+    /// configuration file names: one action per key, whichever client asks.
+    #[cfg(feature = "gateway")]
+    Gateway(gateway::GatewayArgs),
 }
 
 #[derive(Debug, Args)]
@@ -243,6 +249,10 @@ fn parse_limit(text: &str) -> Result<usize, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    #[cfg(feature = "gateway")]
+    if let Command::Gateway(args) = cli.command {
+        return run_gateway(args, cli.store);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -257,6 +267,38 @@ fn main() -> ExitCode {
         Ok(()) => Exit::Ok.into(),
         Err(err) => {
             err.report();
+            err.exit().into()
+        }
+    }
+}
+
+/// The gateway serves many calls at once: on a runtime of several threads,
+/// with its log on stderr (`RUST_LOG`; the guard's `info` and everything's
+/// `warn` by default).
+#[cfg(feature = "gateway")]
+fn run_gateway(args: gateway::GatewayArgs, store: Option<String>) -> ExitCode {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("warn,idempotent_tools=info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .with_ansi(io::stderr().is_terminal())
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: could not start the async runtime: {e}");
+            return Exit::Failed.into();
+        }
+    };
+    match runtime.block_on(gateway::run(args, store)) {
+        Ok(()) => Exit::Ok.into(),
+        Err(err) => {
+            eprintln!("error: {err}");
             err.exit().into()
         }
     }
@@ -295,6 +337,8 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 write(out, print::count_table(&counts).trim_end())
             }
         }
+        #[cfg(feature = "gateway")]
+        Command::Gateway(_) => unreachable!("the gateway is run before the store is opened"),
     }
 }
 

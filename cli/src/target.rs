@@ -112,6 +112,50 @@ impl Target {
     }
 }
 
+#[cfg(feature = "gateway")]
+impl Target {
+    /// Opens the store for a program that calls through it, creating its
+    /// schema (or file) if it is not there, as the application's own store
+    /// would.
+    pub async fn open_store(&self) -> Result<Arc<dyn idempotent_tools::store::Store>, StoreError> {
+        Ok(match self {
+            #[cfg(feature = "sqlite")]
+            Target::Sqlite(path) => Arc::new(idempotent_tools::SqliteStore::open(path)?),
+            #[cfg(feature = "postgres")]
+            Target::Postgres { url, schema } => {
+                let mut builder = idempotent_tools::PostgresStore::builder(url);
+                if let Some(schema) = schema {
+                    builder = builder.schema(schema);
+                }
+                let store = builder.connect().await?;
+                store.migrate().await?;
+                Arc::new(store)
+            }
+            #[cfg(feature = "redis")]
+            Target::Redis { url, prefix } => Arc::new(
+                idempotent_tools::RedisStore::builder(url.as_str())
+                    .prefix(prefix)
+                    .connect()
+                    .await?,
+            ),
+            #[cfg(feature = "redis")]
+            Target::RedisCluster { nodes, prefix } => Arc::new(
+                idempotent_tools::RedisStore::builder_cluster(nodes.to_vec())
+                    .prefix(prefix)
+                    .connect()
+                    .await?,
+            ),
+            #[allow(unreachable_patterns)]
+            _ => {
+                return Err(StoreError::BadSetting {
+                    setting: "store",
+                    problem: "this build of the tool has no support for this store".into(),
+                });
+            }
+        })
+    }
+}
+
 /// A `postgres://` URL: its `schema` parameter taken out as the schema the
 /// store's tables are in, every other parameter left for the client.
 fn postgres_target(text: &str) -> Target {

@@ -3,8 +3,11 @@
 //! change of case between words. A struct that mirrors an outside API
 //! (`Reason`, `toolUseId`) is read like one written in snake case.
 //!
-//! The runtime leaves the same call-id names out of a fingerprint
-//! (`runtime/src/call_id.rs`); the two lists must stay one.
+//! The attribute reads them at compile time (`macros/src/names.rs`); keys
+//! built from a schema at run time, as the gateway builds them, read them
+//! from the runtime (`runtime/src/names.rs`). The two files are one text,
+//! which a test holds; the fingerprint leaves the same call-id names out
+//! (`runtime/src/fingerprint/call_ids.rs`).
 
 /// Names that almost always carry the model's own wording. A name is read as
 /// one when its words are one of these, or end in one of these

@@ -6,6 +6,11 @@
 //! Build one when a tool cannot carry the attribute: a closure, a trait
 //! object, a key assembled at run time.
 
+// The same text as the attribute's `macros/src/names.rs`, which a test
+// holds.
+#[path = "names.rs"]
+pub mod names;
+
 pub use crate::fingerprint::{Fingerprint, FingerprintBuilder, FingerprintError};
 pub use crate::guard::Call;
 pub use crate::key::{Key, KeyBuilder, KeyError, KeyPartWriter, KeyTextProblem, PROVIDER_KEY_MAX};

@@ -20,6 +20,7 @@ mod redis_cluster;
 
 mod commands;
 mod docs;
+mod gateway;
 mod postgres;
 mod records;
 mod redis;
@@ -61,5 +62,39 @@ fn main() {
         redis::a_key_that_does_not_exist_on_redis_is_not_found,
     ));
     trials.push(redis::cluster_trial());
+    trials.extend([
+        gateway::trial(
+            "gateway_three_cases_over_stdio",
+            gateway::three_cases_over_stdio_refund_once_for_every_server_and_client,
+        ),
+        gateway::trial(
+            "gateway_three_cases_over_http",
+            gateway::three_cases_over_http_refund_once_and_pass_the_key_as_a_header,
+        ),
+        gateway::trial(
+            "gateway_killed_mid_call_sqlite",
+            gateway::a_gateway_killed_mid_call_does_not_refund_twice_on_sqlite,
+        ),
+        gateway::trial_postgres(
+            "gateway_killed_mid_call_postgres",
+            gateway::a_gateway_killed_mid_call_does_not_refund_twice_on_postgres,
+        ),
+        gateway::trial(
+            "gateway_principals_and_401",
+            gateway::principals_are_isolated_and_a_wrong_token_gets_401,
+        ),
+        gateway::trial(
+            "gateway_marks_and_passes_through",
+            gateway::guarded_tools_are_marked_and_the_rest_passes_through,
+        ),
+        gateway::trial(
+            "gateway_bad_configurations",
+            gateway::bad_configurations_are_refused_at_start_with_what_to_write,
+        ),
+        gateway::trial(
+            "gateway_recheck_on_list_changed",
+            gateway::a_tool_whose_schema_changes_is_refused_after_the_recheck,
+        ),
+    ]);
     harness::main(trials);
 }
