@@ -157,7 +157,8 @@ pub use idempotent_tools_runtime::*;
 pub use idempotent_tools_macros::{Classify, KeyPart, idempotent};
 
 /// The manual, a chapter a module: what a guarded call does, what may go in
-/// a key, the stores, operations, and the rig and rmcp adapters. The README
+/// a key, the stores, operations, the rig and rmcp adapters, and the MCP
+/// gateway for servers in other languages. The README
 /// is the short tour; these pages are the rest.
 //
 // Left out of this crate's doctests: the rig and rmcp chapters need those
@@ -183,4 +184,6 @@ pub mod guide {
     pub mod transactions {}
     #[doc = include_str!("../guide/unknown.md")]
     pub mod unknown {}
+    #[doc = include_str!("../guide/gateway.md")]
+    pub mod gateway {}
 }

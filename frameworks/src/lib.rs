@@ -32,4 +32,6 @@ mod guide {
     mod transactions {}
     #[doc = include_str!("../../guide/unknown.md")]
     mod unknown {}
+    #[doc = include_str!("../../guide/gateway.md")]
+    mod gateway {}
 }

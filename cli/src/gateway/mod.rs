@@ -58,6 +58,10 @@ pub struct GatewayArgs {
     /// The upstream's streamable HTTP URL, instead of the file's [upstream].
     #[arg(long, value_name = "URL", conflicts_with = "command")]
     upstream_url: Option<String>,
+    /// Serve the guard's metrics (calls by tool and outcome, waits,
+    /// takeovers, store steps) for Prometheus at this address.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
     /// Check the configuration against the upstream's schemas, then exit.
     #[arg(long)]
     check: bool,
@@ -125,8 +129,10 @@ pub async fn run(args: GatewayArgs, store: Option<String>) -> Result<(), Gateway
     let config = Config::read(&args.config)?;
     let address = upstream_address(&args, &config)?;
     let principals = serve::Principals::from_config(&config.auth)?;
+    if let Some(listen) = args.listen {
+        principals.check_listen(listen)?;
+    }
     let runs = run_policy(&config);
-    let store = open_store(store.or(config.store.clone())).await?;
     let hub = Arc::new(Hub::new(config.tools));
     let upstream = upstream::connect(&address, hub.clone())
         .await
@@ -149,6 +155,16 @@ pub async fn run(args: GatewayArgs, store: Option<String>) -> Result<(), Gateway
         eprintln!("gateway: the configuration passes its check against {address}");
         let _ = upstream.cancel().await;
         return Ok(());
+    }
+    let store = open_store(store.or(config.store.clone())).await?;
+    if let Some(address) = args.metrics {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(address)
+            .install()
+            .map_err(|err| {
+                GatewayError::Serve(format!("cannot serve metrics at {address}: {err}"))
+            })?;
+        eprintln!("gateway: metrics for Prometheus at http://{address}/metrics");
     }
     let peer = upstream.peer().clone();
     let make = move || Gateway::new(hub.clone(), peer.clone(), store.clone(), runs.clone());

@@ -83,6 +83,19 @@ impl Principals {
         Ok(Principals { tokens, header })
     }
 
+    /// Refuses to serve beyond loopback without a way to tell callers
+    /// apart.
+    pub fn check_listen(&self, listen: SocketAddr) -> Result<(), GatewayError> {
+        if self.is_configured() || listen.ip().is_loopback() {
+            return Ok(());
+        }
+        Err(GatewayError::Auth(format!(
+            "--listen {listen} is not a loopback address, and the configuration has no [auth]: \
+             anyone who can reach it could call the upstream's tools and read their results. Add \
+             [[auth.tokens]] or `principal_header` under [auth], or listen on 127.0.0.1"
+        )))
+    }
+
     fn is_configured(&self) -> bool {
         !self.tokens.is_empty() || self.header.is_some()
     }
@@ -159,14 +172,7 @@ pub async fn http(
     principals: Principals,
     options: HttpOptions,
 ) -> Result<(), GatewayError> {
-    if !principals.is_configured() && !options.listen.ip().is_loopback() {
-        return Err(GatewayError::Auth(format!(
-            "--listen {} is not a loopback address, and the configuration has no [auth]: anyone \
-             who can reach it could call the upstream's tools and read their results. Add \
-             [[auth.tokens]] or `principal_header` under [auth], or listen on 127.0.0.1",
-            options.listen
-        )));
-    }
+    principals.check_listen(options.listen)?;
     let mut config = StreamableHttpServerConfig::default();
     config.legacy_session_mode = !options.stateless;
     config.allowed_hosts.extend(options.allow_hosts);
@@ -204,4 +210,99 @@ pub async fn http(
     axum::serve(listener, app)
         .await
         .map_err(|err| GatewayError::Serve(err.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::config::Token;
+
+    fn principals(header: Option<&str>) -> Principals {
+        let auth = Auth {
+            tokens: vec![Token {
+                principal: "alice".into(),
+                token: Some("alice-token-0123456789".into()),
+                token_env: None,
+            }],
+            principal_header: header.map(str::to_owned),
+        };
+        Principals::from_config(&auth).unwrap()
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn a_token_proves_its_principal_and_nothing_else_does() {
+        let p = principals(None);
+        let alice = p.of(&headers(&[(
+            "authorization",
+            "Bearer alice-token-0123456789",
+        )]));
+        assert_eq!(alice, Ok(Some(Principal::new("alice").unwrap())));
+        assert_eq!(
+            p.of(&headers(&[(
+                "authorization",
+                "Bearer alice-token-0123456788"
+            )])),
+            Err(())
+        );
+        assert_eq!(p.of(&headers(&[])), Err(()));
+        // A header only counts where the configuration names it.
+        assert_eq!(p.of(&headers(&[("x-user", "mallory")])), Err(()));
+    }
+
+    #[test]
+    fn a_trusted_proxy_names_the_principal_in_its_header() {
+        let p = principals(Some("x-user"));
+        assert_eq!(
+            p.of(&headers(&[("x-user", "bob")])),
+            Ok(Some(Principal::new("bob").unwrap()))
+        );
+        assert_eq!(p.of(&headers(&[("x-user", "")])), Err(()));
+        // A bearer token that does not match is refused, whatever the header says.
+        let both = headers(&[
+            ("authorization", "Bearer nope-nope-nope-nope"),
+            ("x-user", "bob"),
+        ]);
+        assert_eq!(p.of(&both), Err(()));
+    }
+
+    #[test]
+    fn without_auth_no_request_has_a_principal_and_only_loopback_is_served() {
+        let p = Principals::from_config(&Auth::default()).unwrap();
+        assert_eq!(p.of(&headers(&[("authorization", "Bearer x")])), Ok(None));
+        assert!(p.check_listen("127.0.0.1:8080".parse().unwrap()).is_ok());
+        let err = p.check_listen("0.0.0.0:8080".parse().unwrap()).unwrap_err();
+        assert!(
+            err.to_string().contains("is not a loopback address"),
+            "{err}"
+        );
+        assert!(
+            principals(None)
+                .check_listen("0.0.0.0:8080".parse().unwrap())
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_short_or_missing_token_is_refused_at_start() {
+        let auth = |token: Option<&str>, env: Option<&str>| Auth {
+            tokens: vec![Token {
+                principal: "alice".into(),
+                token: token.map(str::to_owned),
+                token_env: env.map(str::to_owned),
+            }],
+            principal_header: None,
+        };
+        let err = |auth: Auth| Principals::from_config(&auth).err().unwrap().to_string();
+        assert!(err(auth(Some("short"), None)).contains("shorter than 16"));
+        assert!(err(auth(None, None)).contains("exactly one of"));
+        assert!(err(auth(None, Some("IDEMPOTENT_GATEWAY_TEST_UNSET"))).contains("not set"));
+    }
 }

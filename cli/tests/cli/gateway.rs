@@ -358,11 +358,23 @@ fn http_gateway(
     upstream: &[String],
     env: &[(&str, &str)],
 ) -> (Watched, String) {
+    http_gateway_with(scene, store, upstream, env, &[])
+}
+
+/// [`http_gateway`] with more options on its command line.
+fn http_gateway_with(
+    scene: &Scene,
+    store: &str,
+    upstream: &[String],
+    env: &[(&str, &str)],
+    options: &[&str],
+) -> (Watched, String) {
     let mut process = Command::new(BIN);
     process
         .args(["--store", store, "gateway", "--config"])
         .arg(scene.config())
         .args(["--listen", "127.0.0.1:0"])
+        .args(options)
         .env("REFUND_LEDGER", scene.ledger())
         .env("RUST_LOG", "info")
         .envs(env.iter().copied());
@@ -462,7 +474,11 @@ fn killed_mid_call(store: &str, scene: &Scene) {
     // The server the killed gateway started hangs on; stop it.
     for refund in scene.refunds() {
         if let Some(pid) = refund["pid"].as_i64() {
-            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            let _ = Command::new("kill")
+                .arg("-9")
+                .arg(pid.to_string())
+                .stderr(Stdio::null())
+                .status();
         }
     }
 
@@ -713,4 +729,70 @@ pub fn a_tool_whose_schema_changes_is_refused_after_the_recheck() {
         "{printed:?}"
     );
     assert!(scene.refunds().is_empty());
+}
+
+/// Without sessions (`--stateless`), a run comes from what each request
+/// carries; where the file refuses unscoped calls, a call naming none is
+/// refused and nothing reaches the server.
+pub fn a_stateless_gateway_scopes_by_what_each_request_names() {
+    let config = format!("[runs]\nunscoped = \"refuse\"\n{REFUND_CONFIG}");
+    let scene = Scene::new(&config);
+    let metrics = free_port();
+    let (_gateway, url) = http_gateway_with(
+        &scene,
+        &scene.store(),
+        &Sdk::Python.server(),
+        &[],
+        &["--stateless", "--metrics", &metrics],
+    );
+    for (sdk, expected) in [(Sdk::TypeScript, "fresh"), (Sdk::Python, "replay")] {
+        let line = args(&[
+            "--url",
+            &url,
+            "--run",
+            "stateless",
+            "--call",
+            &refund("3", "x"),
+        ]);
+        let (_, results) = client(sdk, &scene, &[], &line);
+        assert_eq!(status(&results[0]), expected, "{sdk:?}: {results:?}");
+    }
+    let (_, unscoped) = client(
+        Sdk::TypeScript,
+        &scene,
+        &[],
+        &args(&["--url", &url, "--call", &refund("4", "x")]),
+    );
+    assert!(
+        unscoped[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("found none for the request")),
+        "{unscoped:?}"
+    );
+    let refunds = scene.refunds();
+    assert_eq!(refunds.len(), 1, "{refunds:?}");
+    // The guard's metrics, as Prometheus reads them.
+    let scraped = get(&metrics, "/metrics");
+    for line in [
+        "idempotent_tools_calls_total{tool=\"refund_order\",outcome=\"fresh\"} 1",
+        "idempotent_tools_calls_total{tool=\"refund_order\",outcome=\"replay\"} 1",
+    ] {
+        assert!(scraped.contains(line), "{line} in:\n{scraped}");
+    }
+}
+
+/// An address on loopback that nothing listens on.
+fn free_port() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    listener.local_addr().expect("its address").to_string()
+}
+
+/// The body of a plain HTTP GET.
+fn get(address: &str, path: &str) -> String {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").expect("request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response");
+    response
 }

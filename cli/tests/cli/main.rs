@@ -80,6 +80,10 @@ fn main() {
             gateway::a_gateway_killed_mid_call_does_not_refund_twice_on_postgres,
         ),
         gateway::trial(
+            "gateway_stateless_http",
+            gateway::a_stateless_gateway_scopes_by_what_each_request_names,
+        ),
+        gateway::trial(
             "gateway_principals_and_401",
             gateway::principals_are_isolated_and_a_wrong_token_gets_401,
         ),
