@@ -168,27 +168,33 @@ pub async fn run(args: GatewayArgs, store: Option<String>) -> Result<(), Gateway
     }
     let peer = upstream.peer().clone();
     let make = move || Gateway::new(hub.clone(), peer.clone(), store.clone(), runs.clone());
-    let served = match args.listen {
-        None => serve::stdio(make()).await,
-        Some(listen) => {
-            let options = serve::HttpOptions {
-                listen,
-                stateless: args.stateless,
-                allow_hosts: args.allow_hosts,
-            };
-            tokio::select! {
-                served = serve::http(make, principals, options) => served,
-                quit = upstream.waiting() => Err(GatewayError::Upstream {
-                    upstream: address.to_string(),
-                    why: format!("closed the session: {}", match quit {
-                        Ok(reason) => format!("{reason:?}"),
-                        Err(err) => err.to_string(),
-                    }),
-                }),
+    let serving = async move {
+        match args.listen {
+            None => serve::stdio(make()).await,
+            Some(listen) => {
+                let options = serve::HttpOptions {
+                    listen,
+                    stateless: args.stateless,
+                    allow_hosts: args.allow_hosts,
+                };
+                serve::http(make, principals, options).await
             }
         }
     };
-    served
+    // Serves until the clients leave (stdio) or the process ends (HTTP);
+    // an upstream that closes its session ends the gateway, which a
+    // supervisor restarts, rather than leave it answering every call with
+    // an error.
+    tokio::select! {
+        served = serving => served,
+        quit = upstream.waiting() => Err(GatewayError::Upstream {
+            upstream: address.to_string(),
+            why: match quit {
+                Ok(reason) => format!("closed its session ({reason:?})"),
+                Err(err) => format!("closed its session: {err}"),
+            },
+        }),
+    }
 }
 
 fn upstream_address(args: &GatewayArgs, config: &Config) -> Result<UpstreamAddress, GatewayError> {

@@ -254,6 +254,22 @@ pub fn three_cases_over_stdio_refund_once_for_every_server_and_client() {
             assert_eq!(status(&later[0]), "replay", "{what}: {later:?}");
             assert_eq!(later[0]["isError"], false, "{what}");
 
+            // Another amount on the same order: the first refund, and why
+            // nothing new was done.
+            let other = json!({"name": "refund_order", "arguments": {"order_id": "1", "amount_cents": 4100, "reason": "x"}});
+            let (_, conflict) = client(sdk, &scene, &[], &within(&[other.to_string()], false));
+            assert_eq!(status(&conflict[0]), "conflict", "{what}: {conflict:?}");
+            assert_eq!(
+                conflict[0]["content"][0], results[0]["content"][0],
+                "{what}"
+            );
+            assert!(
+                conflict[0]["content"][1]
+                    .as_str()
+                    .is_some_and(|note| note.contains("different details")),
+                "{what}: {conflict:?}"
+            );
+
             // The server refunds, then fails; the model retries.
             let failing = [("REFUND_FAIL_AFTER_FIRST", "1")];
             let (_, first) = client(sdk, &scene, &failing, &within(&[refund("2", "x")], false));
@@ -795,4 +811,27 @@ fn get(address: &str, path: &str) -> String {
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("response");
     response
+}
+
+/// An upstream that cannot be started, or that leaves before its
+/// handshake: a clear message, and exit status 1.
+pub fn an_upstream_that_does_not_start_fails_with_a_clear_message() {
+    let scene = Scene::new(REFUND_CONFIG);
+    for (upstream, says) in [
+        (
+            vec!["/nonexistent/refund-server"],
+            "the upstream `/nonexistent/refund-server` could not be started",
+        ),
+        (vec!["node", "-e", "process.exit(3)"], "did not initialize"),
+    ] {
+        let out = Command::new(BIN)
+            .args(["gateway", "--check", "--config", &scene.config(), "--"])
+            .args(&upstream)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run the gateway");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{upstream:?}: {stderr}");
+        assert!(stderr.contains(says), "{upstream:?}: {stderr}");
+    }
 }

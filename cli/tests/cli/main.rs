@@ -92,6 +92,10 @@ fn main() {
             gateway::guarded_tools_are_marked_and_the_rest_passes_through,
         ),
         gateway::trial(
+            "gateway_upstream_not_starting",
+            gateway::an_upstream_that_does_not_start_fails_with_a_clear_message,
+        ),
+        gateway::trial(
             "gateway_bad_configurations",
             gateway::bad_configurations_are_refused_at_start_with_what_to_write,
         ),

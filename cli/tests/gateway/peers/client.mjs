@@ -5,9 +5,15 @@
 //   node client.mjs (--stdio -- CMD [ARGS...] | --url URL) [--token T] [--run NAME]
 //                   [--call JSON]... [--parallel] [--list-tools] [--check-passthrough]
 //                   [--key K] [--header-key K] [--timeout-ms N]
+//                   [--progress] [--cancel-after-ms N]
 //
 // --timeout-ms: per-request timeout (default 60000, the SDK's default). Note: when an HTTP
 // server dies mid-call, this SDK version keeps the call pending until the timeout.
+// --progress: each call asks for progress (the SDK sends a progressToken) and its line gets
+// "progress": [progress values, in order].
+// --cancel-after-ms: each call is aborted N ms after it is sent (the SDK sends
+// notifications/cancelled); its line is then {"error": ..., "code": ...}. The client waits
+// 300 ms after an abort before closing, so that the cancellation reaches the server.
 // One JSON line per --call on stdout:
 //   {"isError": bool, "content": [text...], "meta": {...}|null}  or  {"error": msg, "code": int|null}
 // Exit: 0 after the calls ran, 2 on a connection failure, 3 when the HTTP server answered 401.
@@ -19,7 +25,8 @@ import { McpError } from '@modelcontextprotocol/sdk/types.js';
 
 const USAGE =
   'usage: client.mjs (--stdio -- CMD [ARGS...] | --url URL) [--token T] [--run NAME] ' +
-  '[--call JSON]... [--parallel] [--list-tools] [--check-passthrough] [--key K] [--header-key K] [--timeout-ms N]';
+  '[--call JSON]... [--parallel] [--list-tools] [--check-passthrough] [--key K] [--header-key K] [--timeout-ms N] ' +
+  '[--progress] [--cancel-after-ms N]';
 
 function die(msg, code = 2) {
   process.stderr.write(`client.mjs: ${msg}\n`);
@@ -27,7 +34,7 @@ function die(msg, code = 2) {
 }
 
 function parseArgs(argv) {
-  const o = { calls: [], parallel: false, listTools: false, checkPassthrough: false, timeoutMs: 60000 };
+  const o = { calls: [], parallel: false, listTools: false, checkPassthrough: false, timeoutMs: 60000, progress: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const val = () => {
@@ -52,6 +59,13 @@ function parseArgs(argv) {
         if (!(o.timeoutMs > 0)) die(`bad --timeout-ms ${raw}`);
         break;
       }
+      case '--cancel-after-ms': {
+        const raw = val();
+        o.cancelAfterMs = Number.parseInt(raw, 10);
+        if (!(o.cancelAfterMs >= 0)) die(`bad --cancel-after-ms ${raw}`);
+        break;
+      }
+      case '--progress': o.progress = true; break;
       case '--call': {
         const raw = val();
         try {
@@ -127,15 +141,34 @@ async function main() {
     die(`connect failed: ${err?.message ?? err}`);
   }
 
-  const callTool = async (c) => {
+  let aborted = false;
+  const callTool = async (c, extras = false) => {
+    const opts = { ...reqOpts };
+    const progress = [];
+    if (extras && o.progress) opts.onprogress = (p) => progress.push(p.progress);
+    let timer;
+    if (extras && o.cancelAfterMs !== undefined) {
+      const ac = new AbortController();
+      opts.signal = ac.signal;
+      timer = setTimeout(() => {
+        aborted = true;
+        ac.abort();
+      }, o.cancelAfterMs);
+    }
+    let line;
     try {
       const params = { name: c.name, arguments: c.arguments ?? {} };
       if (callMeta) params._meta = { ...callMeta };
-      return resultLine(await client.callTool(params, undefined, reqOpts));
+      line = resultLine(await client.callTool(params, undefined, opts));
     } catch (err) {
-      return errorLine(err);
+      line = errorLine(err);
+    } finally {
+      clearTimeout(timer);
     }
+    if (extras && o.progress) line.progress = progress;
+    return line;
   };
+  const userCall = (c) => callTool(c, true);
 
   if (o.listTools) {
     const tools = [];
@@ -149,9 +182,9 @@ async function main() {
   }
 
   if (o.parallel) {
-    for (const line of await Promise.all(o.calls.map(callTool))) print(line);
+    for (const line of await Promise.all(o.calls.map(userCall))) print(line);
   } else {
-    for (const c of o.calls) print(await callTool(c));
+    for (const c of o.calls) print(await userCall(c));
   }
 
   if (o.checkPassthrough) {
@@ -173,6 +206,9 @@ async function main() {
     out.get_order = 'error' in g ? g : (g.content[0] ?? null);
     print(out);
   }
+
+  // Let a cancellation notification reach the server before the connection closes.
+  if (aborted) await new Promise((r) => setTimeout(r, 300));
 
   if (o.url) {
     await transport.terminateSession().catch(() => {});

@@ -8,6 +8,8 @@
 // Env: REFUND_LEDGER (required) file that gets one JSON line per refund_order call;
 //      REFUND_FAIL_AFTER_FIRST=1 the first refund_order call of the process records, then fails;
 //      REFUND_HANG_AFTER=1 every refund_order call records, then never answers.
+// Tools beyond refund_order: count_slowly (progress notifications), wait_for_cancel
+// (ledger lines {"event":"started"|"cancelled","order_id":...}).
 import { randomUUID } from 'node:crypto';
 import { appendFileSync } from 'node:fs';
 import { createServer } from 'node:http';
@@ -137,6 +139,63 @@ function buildServer() {
       inputSchema: { order_id: z.string(), note: z.string() },
     },
     async ({ order_id, note }) => ({ content: [{ type: 'text', text: `note sent on order ${order_id}: ${note}` }] }),
+  );
+
+  // Reports progress when the request carries a progress token.
+  server.registerTool(
+    'count_slowly',
+    {
+      description: 'Count to `steps`, reporting progress on the way.',
+      inputSchema: { steps: z.number().int().describe('How many steps to count') },
+    },
+    async ({ steps }, extra) => {
+      const progressToken = extra?._meta?.progressToken;
+      if (progressToken !== undefined) {
+        for (let i = 1; i <= steps; i++) {
+          await extra.sendNotification({
+            method: 'notifications/progress',
+            params: { progressToken, progress: i, total: steps },
+          });
+        }
+      }
+      return { content: [{ type: 'text', text: `counted ${steps}` }] };
+    },
+  );
+
+  // Records that it started, then waits for the client to cancel the request
+  // (or 30 s); a cancellation is recorded in the ledger too. Ledger lines of this
+  // tool carry an `event` field and no `amount_cents`.
+  server.registerTool(
+    'wait_for_cancel',
+    {
+      description: 'Wait until the request is cancelled (at most 30 s).',
+      inputSchema: { order_id: z.string() },
+    },
+    async ({ order_id }, extra) => {
+      appendFileSync(LEDGER, JSON.stringify({ event: 'started', order_id }) + '\n');
+      const signal = extra.signal;
+      const cancelled = await new Promise((resolve) => {
+        if (signal.aborted) {
+          resolve(true);
+          return;
+        }
+        const timer = setTimeout(() => {
+          signal.removeEventListener('abort', onAbort);
+          resolve(false);
+        }, 30000);
+        const onAbort = () => {
+          clearTimeout(timer);
+          resolve(true);
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+      });
+      if (cancelled) {
+        appendFileSync(LEDGER, JSON.stringify({ event: 'cancelled', order_id }) + '\n');
+        log(`wait_for_cancel ${order_id} cancelled`);
+        throw new Error(`wait_for_cancel ${order_id} cancelled`);
+      }
+      return { content: [{ type: 'text', text: 'not cancelled' }] };
+    },
   );
 
   server.registerResource(
