@@ -835,3 +835,39 @@ pub fn an_upstream_that_does_not_start_fails_with_a_clear_message() {
         assert!(stderr.contains(says), "{upstream:?}: {stderr}");
     }
 }
+
+/// Progress and cancellation pass through: a client's progress token gets
+/// the server's notifications back, on a guarded tool and on another, and
+/// a client's cancellation of an unguarded call reaches the server.
+pub fn progress_and_cancellation_pass_through() {
+    let config = format!("{REFUND_CONFIG}\n[tools.count_slowly]\nkey = \"<run>:count:<steps>\"\n");
+    for http in [false, true] {
+        let scene = Scene::new(&config);
+        let (_upstream, _gateway, target) = if http {
+            let (upstream, upstream_url) = http_server(Sdk::TypeScript, &scene, &[]);
+            let (gateway, url) = http_gateway(&scene, &scene.store(), &[upstream_url], &[]);
+            (Some(upstream), Some(gateway), vec!["--url".to_owned(), url])
+        } else {
+            let mut target = args(&["--stdio", "--"]);
+            target.extend(scene.stdio_gateway(&scene.store(), Sdk::TypeScript));
+            (None, None, target)
+        };
+        let count = json!({"name": "count_slowly", "arguments": {"steps": 3}}).to_string();
+        let mut line = args(&["--run", "r", "--progress", "--call", &count, "--call", &count]);
+        line.extend(target.iter().cloned());
+        let (_, counted) = client(Sdk::TypeScript, &scene, &[], &line);
+        assert_eq!(status(&counted[0]), "fresh", "http {http}: {counted:?}");
+        assert_eq!(counted[0]["progress"], json!([1, 2, 3]), "http {http}: {counted:?}");
+        // A replay does not run the tool: no progress.
+        assert_eq!(status(&counted[1]), "replay", "http {http}: {counted:?}");
+        assert_eq!(counted[1]["progress"], json!([]), "http {http}: {counted:?}");
+
+        let wait = json!({"name": "wait_for_cancel", "arguments": {"order_id": "5"}}).to_string();
+        let mut line = args(&["--cancel-after-ms", "500", "--call", &wait]);
+        line.extend(target.iter().cloned());
+        let (_, cancelled) = client(Sdk::TypeScript, &scene, &[], &line);
+        assert!(cancelled[0]["error"].is_string(), "http {http}: {cancelled:?}");
+        let events: Vec<Value> = scene.refunds().into_iter().map(|line| line["event"].clone()).collect();
+        assert_eq!(events, [json!("started"), json!("cancelled")], "http {http}");
+    }
+}

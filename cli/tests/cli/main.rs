@@ -96,6 +96,10 @@ fn main() {
             gateway::an_upstream_that_does_not_start_fails_with_a_clear_message,
         ),
         gateway::trial(
+            "gateway_progress_and_cancellation",
+            gateway::progress_and_cancellation_pass_through,
+        ),
+        gateway::trial(
             "gateway_bad_configurations",
             gateway::bad_configurations_are_refused_at_start_with_what_to_write,
         ),

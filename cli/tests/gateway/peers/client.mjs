@@ -9,8 +9,11 @@
 //
 // --timeout-ms: per-request timeout (default 60000, the SDK's default). Note: when an HTTP
 // server dies mid-call, this SDK version keeps the call pending until the timeout.
-// --progress: each call asks for progress (the SDK sends a progressToken) and its line gets
-// "progress": [progress values, in order].
+// --progress: each call carries a progressToken (_meta.progressToken, 1, 2, ...) and its line
+// gets "progress": [progress values received, in order]. The tokens are set here rather than
+// through the SDK's `onprogress` option: this SDK version drops progress notifications that
+// arrive in the same read as the response (the response handler removes the progress handler
+// before the queued notifications run).
 // --cancel-after-ms: each call is aborted N ms after it is sent (the SDK sends
 // notifications/cancelled); its line is then {"error": ..., "code": ...}. The client waits
 // 300 ms after an abort before closing, so that the cancellation reaches the server.
@@ -21,7 +24,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
-import { McpError } from '@modelcontextprotocol/sdk/types.js';
+import { McpError, ProgressNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 
 const USAGE =
   'usage: client.mjs (--stdio -- CMD [ARGS...] | --url URL) [--token T] [--run NAME] ' +
@@ -141,11 +144,26 @@ async function main() {
     die(`connect failed: ${err?.message ?? err}`);
   }
 
+  // progressToken -> progress values received for it
+  const progressByToken = new Map();
+  let nextProgressToken = 1;
+  if (o.progress) {
+    client.setNotificationHandler(ProgressNotificationSchema, (n) => {
+      const values = progressByToken.get(n.params.progressToken);
+      if (values) values.push(n.params.progress);
+      else process.stderr.write(`client.mjs: progress for unknown token ${JSON.stringify(n.params.progressToken)}\n`);
+    });
+  }
+
   let aborted = false;
   const callTool = async (c, extras = false) => {
     const opts = { ...reqOpts };
     const progress = [];
-    if (extras && o.progress) opts.onprogress = (p) => progress.push(p.progress);
+    let progressToken;
+    if (extras && o.progress) {
+      progressToken = nextProgressToken++;
+      progressByToken.set(progressToken, progress);
+    }
     let timer;
     if (extras && o.cancelAfterMs !== undefined) {
       const ac = new AbortController();
@@ -159,6 +177,7 @@ async function main() {
     try {
       const params = { name: c.name, arguments: c.arguments ?? {} };
       if (callMeta) params._meta = { ...callMeta };
+      if (progressToken !== undefined) params._meta = { ...params._meta, progressToken };
       line = resultLine(await client.callTool(params, undefined, opts));
     } catch (err) {
       line = errorLine(err);
