@@ -8,6 +8,7 @@
 //! never the model's free text, a call id, a float, an object or an array.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use idempotent_tools::Run;
 use idempotent_tools::call::names;
@@ -28,11 +29,15 @@ enum Segment {
     Field(Field),
 }
 
+/// How the builder names an argument's part; the errors it could say it in
+/// are told by [`RenderError`] with the placeholder instead.
+const ARGUMENT: &str = "argument";
+
 /// A placeholder that names an argument.
 #[derive(Debug)]
 pub struct Field {
     /// As written: `customer.id`.
-    shown: &'static str,
+    shown: Arc<str>,
     path: Vec<String>,
     /// Each step's default from the schema, filled in by the check.
     defaults: Vec<Option<Value>>,
@@ -138,35 +143,34 @@ impl Template {
         let mut builder = Key::builder();
         for segment in &self.segments {
             builder = match segment {
-                Segment::Literal(text) => builder.literal(text),
-                Segment::Run => builder.part("run", run),
+                Segment::Literal(text) => builder.literal(text).map_err(RenderError::Key),
+                Segment::Run => builder.part("run", run).map_err(RenderError::Key),
                 Segment::Field(field) => {
                     let value = field.value(arguments)?;
-                    match value {
-                        Value::String(text) => builder.part(field.shown, text.as_str()),
-                        Value::Bool(flag) => builder.part(field.shown, &flag),
-                        Value::Number(number) => {
-                            if let Some(n) = number.as_i64() {
-                                builder.part(field.shown, &n)
-                            } else if let Some(n) = number.as_u64() {
-                                builder.part(field.shown, &n)
-                            } else {
-                                return Err(RenderError::Kind {
-                                    field: field.shown,
-                                    kind: "a number with a fraction",
-                                });
-                            }
-                        }
-                        other => {
-                            return Err(RenderError::Kind {
-                                field: field.shown,
-                                kind: kind_of(other),
-                            });
-                        }
-                    }
+                    let kind = |kind| RenderError::Kind {
+                        field: field.shown.clone(),
+                        kind,
+                    };
+                    // The builder names a part by static text; an empty
+                    // value is told by the placeholder below.
+                    let part = match value {
+                        Value::String(text) => builder.part(ARGUMENT, text.as_str()),
+                        Value::Bool(flag) => builder.part(ARGUMENT, &flag),
+                        Value::Number(number) => match (number.as_i64(), number.as_u64()) {
+                            (Some(n), _) => builder.part(ARGUMENT, &n),
+                            (None, Some(n)) => builder.part(ARGUMENT, &n),
+                            (None, None) => return Err(kind("a number with a fraction")),
+                        },
+                        other => return Err(kind(kind_of(other))),
+                    };
+                    part.map_err(|err| match err {
+                        KeyError::EmptyPart { .. } => RenderError::Empty {
+                            field: field.shown.clone(),
+                        },
+                        other => RenderError::Key(other),
+                    })
                 }
-            }
-            .map_err(RenderError::Key)?;
+            }?;
         }
         builder.finish().map_err(RenderError::Key)
     }
@@ -187,9 +191,7 @@ fn placeholder(text: &str, inside: &str) -> Result<Segment, String> {
     }
     let defaults = vec![None; path.len()];
     Ok(Segment::Field(Field {
-        // Leaked once per placeholder of the file, at start: the runtime's
-        // key errors name a part by static text.
-        shown: Box::leak(inside.to_owned().into_boxed_str()),
+        shown: Arc::from(inside),
         path,
         defaults,
     }))
@@ -205,12 +207,14 @@ impl Field {
                 Some(found) => Some(found),
             };
             let Some(found) = found else {
-                return Err(RenderError::Missing { field: self.shown });
+                return Err(RenderError::Missing {
+                    field: self.shown.clone(),
+                });
             };
             if step + 1 < self.path.len() {
                 let Value::Object(inner) = found else {
                     return Err(RenderError::Kind {
-                        field: self.shown,
+                        field: self.shown.clone(),
                         kind: kind_of(found),
                     });
                 };
@@ -218,7 +222,9 @@ impl Field {
             }
             value = Some(found);
         }
-        value.ok_or(RenderError::Missing { field: self.shown })
+        value.ok_or(RenderError::Missing {
+            field: self.shown.clone(),
+        })
     }
 }
 
@@ -243,7 +249,16 @@ pub enum RenderError {
     )]
     Missing {
         /// The placeholder.
-        field: &'static str,
+        field: Arc<str>,
+    },
+    /// An empty string, which names nothing.
+    #[error(
+        "the argument `{field}` is empty, and the tool's key is made of it: an empty value \
+         names no object; nothing was done"
+    )]
+    Empty {
+        /// The placeholder.
+        field: Arc<str>,
     },
     /// A value that cannot name an action.
     #[error(
@@ -252,11 +267,11 @@ pub enum RenderError {
     )]
     Kind {
         /// The placeholder.
-        field: &'static str,
+        field: Arc<str>,
         /// What it is instead.
         kind: &'static str,
     },
-    /// A value the key's rules refuse (an empty string).
+    /// A key the runtime's rules refuse.
     #[error("{0}; nothing was done")]
     Key(#[source] KeyError),
 }
@@ -290,7 +305,7 @@ pub fn check(
     let mut problems = Vec::new();
     let mut seen = BTreeSet::new();
     for field in template.fields_mut() {
-        if !seen.insert(field.shown) {
+        if !seen.insert(field.shown.clone()) {
             continue;
         }
         if let Err(problem) = check_field(&root, field, marks) {
@@ -301,7 +316,7 @@ pub fn check(
 }
 
 fn check_field(root: &Value, field: &mut Field, marks: &Marks<'_>) -> Result<(), String> {
-    let shown = field.shown;
+    let shown = field.shown.clone();
     let table = format!("[tools.{}]", marks.tool);
     // Names first: they are wrong whatever the schema says.
     for name in &field.path {
@@ -314,14 +329,14 @@ fn check_field(root: &Value, field: &mut Field, marks: &Marks<'_>) -> Result<(),
             ));
         }
     }
-    if marks.free_text.iter().any(|path| path == shown) {
+    if marks.free_text.iter().any(|path| **path == *shown) {
         return Err(format!(
             "`<{shown}>` is the model's free text (`free_text` in {table} lists it): worded anew \
              on each ask, so two asks for one action would get two keys and the action would \
              run twice. Key on ids instead, such as `<run>:refund:<order_id>`"
         ));
     }
-    if !marks.vouched(shown)
+    if !marks.vouched(&shown)
         && let Some(word) = field.path.iter().find(|name| names::is_free_text(name))
     {
         return Err(format!(
@@ -521,6 +536,23 @@ mod tests {
         let args = json!({"order_id": "11 82"});
         let key = template.render(&run, args.as_object().unwrap()).unwrap();
         assert_eq!(key.as_str(), "r:refund:11%2082:usd");
+        let refused = |args: Value| {
+            template
+                .render(&run, args.as_object().unwrap())
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(refused(json!({"order_id": ""})).contains("`order_id` is empty"));
+        assert!(refused(json!({})).contains("`order_id` is missing"));
+        assert!(refused(json!({"order_id": 1.5})).contains("a number with a fraction"));
+        assert!(refused(json!({"order_id": ["1"]})).contains("an array"));
+        let key = template.render(
+            &run,
+            json!({"order_id": 7, "currency": "eur"})
+                .as_object()
+                .unwrap(),
+        );
+        assert_eq!(key.unwrap().as_str(), "r:refund:7:eur");
     }
 
     #[test]

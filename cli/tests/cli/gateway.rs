@@ -853,21 +853,48 @@ pub fn progress_and_cancellation_pass_through() {
             (None, None, target)
         };
         let count = json!({"name": "count_slowly", "arguments": {"steps": 3}}).to_string();
-        let mut line = args(&["--run", "r", "--progress", "--call", &count, "--call", &count]);
+        let mut line = args(&[
+            "--run",
+            "r",
+            "--progress",
+            "--call",
+            &count,
+            "--call",
+            &count,
+        ]);
         line.extend(target.iter().cloned());
         let (_, counted) = client(Sdk::TypeScript, &scene, &[], &line);
         assert_eq!(status(&counted[0]), "fresh", "http {http}: {counted:?}");
-        assert_eq!(counted[0]["progress"], json!([1, 2, 3]), "http {http}: {counted:?}");
+        assert_eq!(
+            counted[0]["progress"],
+            json!([1, 2, 3]),
+            "http {http}: {counted:?}"
+        );
         // A replay does not run the tool: no progress.
         assert_eq!(status(&counted[1]), "replay", "http {http}: {counted:?}");
-        assert_eq!(counted[1]["progress"], json!([]), "http {http}: {counted:?}");
+        assert_eq!(
+            counted[1]["progress"],
+            json!([]),
+            "http {http}: {counted:?}"
+        );
 
         let wait = json!({"name": "wait_for_cancel", "arguments": {"order_id": "5"}}).to_string();
         let mut line = args(&["--cancel-after-ms", "500", "--call", &wait]);
         line.extend(target.iter().cloned());
         let (_, cancelled) = client(Sdk::TypeScript, &scene, &[], &line);
-        assert!(cancelled[0]["error"].is_string(), "http {http}: {cancelled:?}");
-        let events: Vec<Value> = scene.refunds().into_iter().map(|line| line["event"].clone()).collect();
-        assert_eq!(events, [json!("started"), json!("cancelled")], "http {http}");
+        assert!(
+            cancelled[0]["error"].is_string(),
+            "http {http}: {cancelled:?}"
+        );
+        let events: Vec<Value> = scene
+            .refunds()
+            .into_iter()
+            .map(|line| line["event"].clone())
+            .collect();
+        assert_eq!(
+            events,
+            [json!("started"), json!("cancelled")],
+            "http {http}"
+        );
     }
 }
