@@ -136,12 +136,15 @@ fn write(project: &Project, dir: &Path) {
     fs::write(src.join(file), &project.code).expect("write the code");
 }
 
-/// Builds the crate in `dir`; `Err` with cargo's output if it fails or warns.
+/// Checks the crate in `dir`; `Err` with cargo's output if it fails or warns.
 fn build(dir: &Path, target: &Path) -> Result<(), String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let output = Command::new(cargo)
         .args([
-            "build",
+            // A check finds every error and warning a build would, without
+            // the code generation and the linking, which the README's
+            // examples get as the frameworks package's doctests.
+            "check",
             "--offline",
             "--all-targets",
             "--message-format=short",
