@@ -74,18 +74,25 @@ fn every_feature_of_the_runtime_is_one_of_the_crate_and_turned_on_by_it() {
 }
 
 /// The command-line tool's store features, each turning on the crate's
-/// feature of the same name, and all three on by default.
+/// feature of the same name, and all three on by default, beside the
+/// gateway's.
 const CLI_STORES: [&str; 3] = ["sqlite", "postgres", "redis"];
+
+/// The tool's feature that is no store: the MCP gateway, on by default,
+/// turning on the crate's rmcp adapter and metrics and no store.
+const CLI_GATEWAY: &str = "gateway";
 
 #[test]
 fn the_command_line_tool_has_a_feature_per_store_wired_to_the_crates() {
     let cli: toml::Table = read("cli/Cargo.toml").parse().expect("a manifest");
     let features = cli["features"].as_table().expect("the tool's features");
     let crate_features = declared("Cargo.toml");
+    let mut expected: BTreeSet<String> = CLI_STORES.iter().map(|s| s.to_string()).collect();
+    expected.insert(CLI_GATEWAY.to_owned());
     assert_eq!(
         declared("cli/Cargo.toml"),
-        CLI_STORES.iter().map(|s| s.to_string()).collect(),
-        "one feature per store, and no other"
+        expected,
+        "one feature per store and the gateway's, and no other"
     );
     let default: BTreeSet<&str> = features["default"]
         .as_array()
@@ -93,7 +100,21 @@ fn the_command_line_tool_has_a_feature_per_store_wired_to_the_crates() {
         .iter()
         .filter_map(toml::Value::as_str)
         .collect();
-    assert_eq!(default, CLI_STORES.into(), "every store by default");
+    let mut every: BTreeSet<&str> = CLI_STORES.into();
+    every.insert(CLI_GATEWAY);
+    assert_eq!(default, every, "every store and the gateway by default");
+    let gateway: Vec<&str> = features[CLI_GATEWAY]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(toml::Value::as_str)
+        .collect();
+    for store in CLI_STORES {
+        assert!(
+            !gateway.contains(&format!("idempotent-tools/{store}").as_str()),
+            "the gateway turns on no store: the store features do"
+        );
+    }
     for store in CLI_STORES {
         let enables: Vec<&str> = features[store]
             .as_array()

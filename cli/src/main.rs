@@ -272,8 +272,7 @@ fn main() -> ExitCode {
     }
 }
 
-/// The gateway serves many calls at once: on a runtime of several threads,
-/// with its log on stderr (`RUST_LOG`; the guard's `info` and everything's
+/// The gateway, on a runtime of one thread, with its log on stderr (`RUST_LOG`; the guard's `info` and everything's
 /// `warn` by default).
 #[cfg(feature = "gateway")]
 fn run_gateway(args: gateway::GatewayArgs, store: Option<String>) -> ExitCode {
@@ -285,7 +284,13 @@ fn run_gateway(args: gateway::GatewayArgs, store: Option<String>) -> ExitCode {
         .with_writer(io::stderr)
         .with_ansi(io::stderr().is_terminal())
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // One thread: rmcp hands each notification from the upstream to a task
+    // of its own, and only a runtime of one thread runs those tasks in the
+    // order they came in, so that a client's progress arrives in order and
+    // before its result. The gateway's time goes to rmcp's work on each
+    // message, which a second thread does not shorten (BENCHMARKS.md,
+    // section 12).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {

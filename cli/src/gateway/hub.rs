@@ -20,7 +20,16 @@ pub struct Hub {
     configs: BTreeMap<String, ToolConfig>,
     tools: RwLock<Arc<Tools>>,
     clients: Mutex<Vec<Peer<RoleServer>>>,
-    progress: Mutex<HashMap<ProgressToken, (Peer<RoleServer>, ProgressToken)>>,
+    progress: Mutex<HashMap<ProgressToken, ProgressTarget>>,
+}
+
+/// Where an upstream progress token leads, and the progress last passed
+/// on: a client's progress only ever increases, as the protocol requires,
+/// whatever order the notifications reach the gateway's tasks in.
+struct ProgressTarget {
+    client: Peer<RoleServer>,
+    token: ProgressToken,
+    last: Option<f64>,
 }
 
 impl Hub {
@@ -70,7 +79,14 @@ impl Hub {
         self.progress
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(upstream.clone(), (client, token));
+            .insert(
+                upstream.clone(),
+                ProgressTarget {
+                    client,
+                    token,
+                    last: None,
+                },
+            );
         ProgressRoute {
             hub: self.clone(),
             upstream,
@@ -85,12 +101,20 @@ impl Hub {
     ) {
         match notification {
             ServerNotification::ProgressNotification(mut progress) => {
-                let route = self
-                    .progress
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .get(&progress.params.progress_token)
-                    .cloned();
+                let route = {
+                    let mut routes = self.progress.lock().unwrap_or_else(PoisonError::into_inner);
+                    routes
+                        .get_mut(&progress.params.progress_token)
+                        .and_then(|target| {
+                            let later = target
+                                .last
+                                .is_none_or(|last| progress.params.progress > last);
+                            later.then(|| {
+                                target.last = Some(progress.params.progress);
+                                (target.client.clone(), target.token.clone())
+                            })
+                        })
+                };
                 if let Some((client, token)) = route {
                     progress.params.progress_token = token;
                     let _ = client
