@@ -72,7 +72,7 @@ pub struct MemoryStore {
 }
 
 struct Inner {
-    slots: DashMap<Key, Slot, RandomState>,
+    slots: DashMap<SlotKey, Slot, RandomState>,
     owners: AtomicU64,
     inserted_since_sweep: AtomicUsize,
     sweep_after: AtomicUsize,
@@ -82,6 +82,32 @@ struct Inner {
     /// the next insert starts another (a runtime that shut down takes its
     /// tasks with it).
     sweeping: AtomicBool,
+}
+
+/// A key as the map holds it: hashed, compared and looked up by its bytes,
+/// which an inline [`Key`] reads with no UTF-8 check, where its text (and
+/// so `Hash for Key`) would check them on every lookup. Private to the map,
+/// so both sides of a lookup hash as `[u8]` does.
+struct SlotKey(Key);
+
+impl std::hash::Hash for SlotKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.as_bytes().hash(state);
+    }
+}
+
+impl PartialEq for SlotKey {
+    fn eq(&self, other: &SlotKey) -> bool {
+        self.0.as_bytes() == other.0.as_bytes()
+    }
+}
+
+impl Eq for SlotKey {}
+
+impl std::borrow::Borrow<[u8]> for SlotKey {
+    fn borrow(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
 }
 
 struct Held {
@@ -179,7 +205,7 @@ impl Store for MemoryStore {
 
     fn renew<'a>(&'a self, claim: &'a Claim, _lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
         let current = matches!(
-            self.inner.slots.get(&claim.key).as_deref(),
+            self.inner.slots.get(claim.key.as_bytes()).as_deref(),
             Some(Slot::Held(held)) if held.owner == claim.owner && held.fence == claim.fence
         );
         StoreFuture::ready(if current {
@@ -216,7 +242,7 @@ impl Records for MemoryStore {
         let record = self
             .inner
             .slots
-            .get(key)
+            .get(key.as_bytes())
             .map(|slot| Inner::record(key, &slot, now, wall));
         StoreFuture::ready(Ok(record))
     }
