@@ -184,11 +184,7 @@ impl MemoryStore {
 
 impl Store for MemoryStore {
     fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> {
-        let state = self.inner.claim_now(&req);
-        if matches!(state, ClaimAnswer::Claimed(_)) {
-            self.ensure_sweeper();
-        }
-        StoreFuture::ready(Ok(state))
+        StoreFuture::ready(Ok(self.claim_at_once(&req)))
     }
 
     fn complete<'a>(
@@ -196,11 +192,11 @@ impl Store for MemoryStore {
         claim: &'a Claim,
         finished: Completion,
     ) -> StoreFuture<'a, StoreResult<()>> {
-        StoreFuture::ready(self.inner.complete_now(claim, finished))
+        StoreFuture::ready(self.complete_at_once(claim, finished))
     }
 
     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
-        StoreFuture::ready(self.inner.release_now(claim))
+        StoreFuture::ready(self.release_at_once(claim))
     }
 
     fn renew<'a>(&'a self, claim: &'a Claim, _lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
@@ -269,5 +265,28 @@ impl MemoryStore {
         replay: &mut dyn FnMut(&Completion),
     ) {
         self.inner.replay_now(key, tool, fingerprint, replay);
+    }
+
+    /// [`Store::claim`], answered at once: the guard calls it inline,
+    /// with no future around the answer.
+    pub(crate) fn claim_at_once(&self, req: &ClaimRequest<'_>) -> ClaimAnswer {
+        let state = self.inner.claim_now(req);
+        if matches!(state, ClaimAnswer::Claimed(_)) {
+            self.ensure_sweeper();
+        }
+        state
+    }
+
+    /// [`Store::complete`], answered at once. It fails only with
+    /// [`StoreError::LeaseLost`]: nothing here is unreachable, and a typed
+    /// value is kept as it is.
+    pub(crate) fn complete_at_once(&self, claim: &Claim, finished: Completion) -> StoreResult<()> {
+        self.inner.complete_now(claim, finished)
+    }
+
+    /// [`Store::release`], answered at once. It fails only with
+    /// [`StoreError::LeaseLost`].
+    pub(crate) fn release_at_once(&self, claim: &Claim) -> StoreResult<()> {
+        self.inner.release_now(claim)
     }
 }
