@@ -295,7 +295,16 @@ where
                     *replayed = Some(Replayed::read(finished, errors.as_ref()));
                 });
                 match begun {
-                    Begin::Now(Begun::Act(acting)) => *state = State::Acting(acting),
+                    Begin::Now(Begun::Act(acting)) => {
+                        // Done while the action is polled: a panic in it
+                        // leaves the call done, its claim dropped with it.
+                        *state = State::Done;
+                        if let Some(polled) =
+                            act(state, acting, action.as_mut(), cx, errors, *unknown)
+                        {
+                            return polled;
+                        }
+                    }
                     Begin::Now(Begun::Ended(ended)) => {
                         *state = State::Done;
                         return Poll::Ready(ended.into_result(errors.as_ref(), replayed.take()));
@@ -318,28 +327,11 @@ where
                         return Poll::Pending;
                     }
                 },
-                State::Acting(mut acting) => {
-                    acting.may_take_effect();
-                    let action = action.as_mut();
-                    *state = match acting.active.poll_as(|| action.poll(cx)) {
-                        Poll::Pending => State::Acting(acting),
-                        Poll::Ready(Ok(value)) => State::Completing(
-                            acting.complete(RecordState::Done, RecordValue::typed(value.clone())),
-                            value,
-                        ),
-                        Poll::Ready(Err(err)) => match (&*errors, unknown.and_then(|f| f(&err))) {
-                            (Some(codec), _) => State::RecordingError(
-                                acting.complete(RecordState::Failed, (codec.record)(&err)),
-                                err,
-                            ),
-                            (None, Some(error)) => Verifying::start(acting, err, error),
-                            (None, None) => State::Releasing(acting.release(), err),
-                        },
-                    };
-                    if matches!(state, State::Acting(_)) {
-                        return Poll::Pending;
+                State::Acting(acting) => {
+                    match act(state, acting, action.as_mut(), cx, errors, *unknown) {
+                        Some(polled) => return polled,
+                        None => continue,
                     }
-                    continue;
                 }
                 State::Completing(mut completing, value) => {
                     return match Pin::new(&mut completing).poll(cx) {
@@ -386,13 +378,65 @@ where
                 State::Done => return Poll::Pending,
             };
             match next {
-                Begun::Act(acting) => *state = State::Acting(acting),
+                Begun::Act(acting) => {
+                    if let Some(polled) = act(state, acting, action.as_mut(), cx, errors, *unknown)
+                    {
+                        return polled;
+                    }
+                }
                 Begun::Ended(ended) => {
                     return Poll::Ready(ended.into_result(errors.as_ref(), replayed.take()));
                 }
             }
         }
     }
+}
+
+/// Polls the action of a held claim, with `state` left done meanwhile; an
+/// action that is ready has its result recorded at once, and a completion
+/// that is ready too ends the call without the state being written. `None`
+/// means `state` holds what comes next, to be polled in turn.
+#[inline(always)]
+fn act<T, E>(
+    state: &mut State<T, E>,
+    mut acting: Acting,
+    action: Pin<&mut dyn Future<Output = Result<T, E>>>,
+    cx: &mut Context<'_>,
+    errors: &Option<ErrorCodec<E>>,
+    unknown: Option<fn(&E) -> Option<String>>,
+) -> Option<Poll<Result<Outcome<T>, E>>>
+where
+    T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    E: From<Error>,
+{
+    acting.may_take_effect();
+    *state = match acting.active.poll_as(|| action.poll(cx)) {
+        Poll::Pending => {
+            *state = State::Acting(acting);
+            return Some(Poll::Pending);
+        }
+        Poll::Ready(Ok(value)) => {
+            let mut completing =
+                acting.complete(RecordState::Done, RecordValue::typed(value.clone()));
+            return Some(match Pin::new(&mut completing).poll(cx) {
+                Poll::Ready(Ok(())) => Poll::Ready(Ok(Outcome::Fresh { value })),
+                Poll::Ready(Err(error)) => Poll::Ready(Err(with_result(error, &value).into())),
+                Poll::Pending => {
+                    *state = State::Completing(completing, value);
+                    Poll::Pending
+                }
+            });
+        }
+        Poll::Ready(Err(err)) => match (errors, unknown.and_then(|f| f(&err))) {
+            (Some(codec), _) => State::RecordingError(
+                acting.complete(RecordState::Failed, (codec.record)(&err)),
+                err,
+            ),
+            (None, Some(error)) => Verifying::start(acting, err, error),
+            (None, None) => State::Releasing(acting.release(), err),
+        },
+    };
+    None
 }
 
 /// An action that failed in a way that may have taken effect, while the
