@@ -25,9 +25,9 @@ use std::time::{Duration, SystemTime};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::{answers_at_once, memory};
 use super::backoff::Backoff;
 use super::verify::{Checked, Verification, unknown_detail};
+use super::{answers_at_once, memory};
 use crate::key::Key;
 use crate::observe;
 use crate::store::record::RecordState;

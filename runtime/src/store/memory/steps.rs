@@ -166,9 +166,9 @@ impl Inner {
     /// claim's lease is always live: its holder is in this process.
     pub(super) fn forget_now(&self, key: &Key, how: Forget) -> StoreResult<bool> {
         let force = how == Forget::Force;
-        let removed = self
-            .slots
-            .remove_if(key.as_bytes(), |_, slot| force || matches!(slot, Slot::Done(_)));
+        let removed = self.slots.remove_if(key.as_bytes(), |_, slot| {
+            force || matches!(slot, Slot::Done(_))
+        });
         match removed {
             Some((_, Slot::Held(held))) => {
                 held.wake();
