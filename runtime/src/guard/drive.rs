@@ -31,131 +31,7 @@ use super::acting::{Acting, Completing, Releasing};
 use super::call::Call;
 use super::claim::{Begin, Begun, Replayed};
 use super::codec::ErrorCodec;
-
-mod verifying;
-
-use verifying::Verifying;
-
-impl Call {
-    /// Claims the key, then runs `action` or replays.
-    ///
-    /// - First call: runs `action`. On `Ok` the result is recorded and
-    ///   returned as [`Outcome::Fresh`]. On `Err` the claim is released and
-    ///   nothing is recorded, so a retry runs the action again.
-    /// - A duplicate after completion gets [`Outcome::Replay`].
-    /// - A duplicate while the first is in flight waits (by wake-up) and gets
-    ///   its result; if the first fails, one waiter takes over and runs.
-    /// - The same key with other arguments or from another tool gets
-    ///   [`Outcome::Conflict`].
-    ///
-    /// # Errors
-    ///
-    /// The action's own `Err`, or an [`Error`] converted into `E`. Each says
-    /// whether the action ran ([`Error::action_ran`]):
-    /// - before acting: [`Error::Store`] (the claim could not be made),
-    ///   [`Error::InProgress`] (a duplicate still in flight at the `wait`
-    ///   deadline), [`Error::Reentrant`], [`Error::UnknownOutcome`], and
-    ///   [`Error::Codec`] for a recorded result of another type;
-    /// - after acting: [`Error::NotRecorded`], when the result could not be
-    ///   recorded (the completion is tried again while the lease holds), and
-    ///   [`Error::LeaseLost`], when another caller took the claim over.
-    ///
-    /// # Cancel safety
-    ///
-    /// The returned future may be dropped at any `.await`, as frameworks do
-    /// with timeouts and `select!`:
-    /// - before the action starts, the claim is released (or never made):
-    ///   the next call acts at once, without waiting out a lease;
-    /// - while the action runs, the action is dropped with it and the claim is
-    ///   released, as after an error, so a retry acts again;
-    /// - once the action has returned `Ok`, its result is still recorded on a
-    ///   task of its own, and every later call replays it.
-    ///
-    /// If `action` panics, the claim is released and the panic propagates.
-    pub fn run<T, E, F>(self, action: F) -> impl Future<Output = Result<Outcome<T>, E>>
-    where
-        F: Future<Output = Result<T, E>>,
-        T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-        E: From<Error>,
-    {
-        drive(Ok(self), action, None)
-    }
-
-    /// Like [`Call::run`], but an `Err` is final: it is recorded, and every
-    /// duplicate gets the same error back without running the action. For
-    /// actions whose failure must not be retried, such as a declined card.
-    pub fn run_recording_errors<T, E, F>(
-        self,
-        action: F,
-    ) -> impl Future<Output = Result<Outcome<T>, E>>
-    where
-        F: Future<Output = Result<T, E>>,
-        T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-        E: From<Error> + Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-    {
-        drive(Ok(self), action, Some(ErrorCodec::<E>::recording()))
-    }
-
-    /// Like [`Call::run`], for an action whose error says whether it may
-    /// have taken effect ([`Classify`]). A [definite](Failure::Definite)
-    /// error releases the claim, as [`Call::run`] does, and a retry acts
-    /// again. An [unknown](Failure::Unknown) one never releases it: the
-    /// call's [verification](Call::verify) asks the provider (its result
-    /// is recorded and returned if the action happened; the claim is
-    /// released if it did not), and without one, or when it cannot tell,
-    /// the outcome is recorded as unknown, so every later call gets
-    /// [`Error::UnknownOutcome`] until an operator resolves it. The call
-    /// itself returns the action's error.
-    ///
-    /// ```
-    /// use std::io::ErrorKind;
-    /// use std::sync::Arc;
-    /// use idempotent_tools::call::{Call, Key};
-    /// use idempotent_tools::{Classify, Error, Failure, MemoryStore};
-    ///
-    /// #[derive(Debug, thiserror::Error)]
-    /// enum SendError {
-    ///     #[error("the mail server did not answer")]
-    ///     Network(#[from] std::io::Error),
-    ///     #[error(transparent)]
-    ///     Idempotency(#[from] Error),
-    /// }
-    ///
-    /// impl Classify for SendError {
-    ///     fn failure(&self) -> Failure {
-    ///         match self {
-    ///             SendError::Network(err) => err.failure(),
-    ///             SendError::Idempotency(_) => Failure::Definite,
-    ///         }
-    ///     }
-    /// }
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let store = Arc::new(MemoryStore::new());
-    /// let key = Key::builder().literal("run-1:email:")?.part("ticket", "77")?.finish()?;
-    /// let send = || Call::new("mail::send", key.clone()).store(&store);
-    ///
-    /// // The mail may have gone out before the connection timed out.
-    /// let timed_out = send()
-    ///     .run_classified(async { Err::<(), _>(SendError::from(std::io::Error::from(ErrorKind::TimedOut))) })
-    ///     .await;
-    /// assert!(matches!(timed_out, Err(SendError::Network(_))));
-    ///
-    /// // The retry does not send it again: the outcome is unknown.
-    /// let retry = send().run_classified(async { Ok::<(), SendError>(()) }).await;
-    /// assert!(matches!(retry, Err(SendError::Idempotency(Error::UnknownOutcome { .. }))));
-    /// # Ok(()) }
-    /// ```
-    pub fn run_classified<T, E, F>(self, action: F) -> impl Future<Output = Result<Outcome<T>, E>>
-    where
-        F: Future<Output = Result<T, E>>,
-        T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-        E: From<Error> + Classify + fmt::Display,
-    {
-        drive_classified(Ok(self), action, None, Some(unknown_error::<E>))
-    }
-}
+use super::verify::{Checked, unknown_detail};
 
 /// The error's text, if it says the action may have taken effect.
 pub(crate) fn unknown_error<E: Classify + fmt::Display>(err: &E) -> Option<String> {
@@ -440,6 +316,59 @@ where
         },
     };
     None
+}
+
+/// An action that failed in a way that may have taken effect, while the
+/// provider is asked whether it did.
+struct Verifying<E> {
+    acting: Acting,
+    checking: Pin<Box<dyn Future<Output = Checked> + Send>>,
+    err: E,
+    /// The error's text, for the record if nobody can tell.
+    error: String,
+}
+
+impl<E> Verifying<E> {
+    /// Asks the call's verification, if it has one; otherwise records the
+    /// outcome as unknown.
+    fn start<T>(mut acting: Acting, err: E, error: String) -> State<T, E> {
+        let Some(v) = acting.take_verification() else {
+            let why = "the action failed in a way that may have taken effect";
+            let detail = unknown_detail(why, Some(&error));
+            return State::RecordingError(acting.complete(RecordState::Unknown, detail), err);
+        };
+        let checking = Box::pin(v.ask(acting.active.key().clone()));
+        State::Verifying(Box::new(Verifying {
+            acting,
+            checking,
+            err,
+            error,
+        }))
+    }
+
+    /// What the provider's answer leads to: the result it applied,
+    /// recorded; the claim released, as after a definite failure; or the
+    /// outcome recorded as unknown.
+    fn end<T>(self, checked: Checked) -> State<T, E>
+    where
+        T: DeserializeOwned + Clone + 'static,
+    {
+        let Verifying {
+            acting, err, error, ..
+        } = self;
+        let why = match checked {
+            Checked::NotApplied => return State::Releasing(acting.release(), err),
+            Checked::Applied(record) => match record.decode::<T>() {
+                Ok(value) => {
+                    return State::Completing(acting.complete(RecordState::Done, record), value);
+                }
+                Err(_) => "the verification's result does not read as the tool's".to_owned(),
+            },
+            Checked::Unknown(why) => why,
+        };
+        let detail = unknown_detail(&why, Some(&error));
+        State::RecordingError(acting.complete(RecordState::Unknown, detail), err)
+    }
 }
 
 /// Puts the unrecorded result into the error, so that it is not lost.
