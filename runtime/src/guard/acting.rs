@@ -30,6 +30,7 @@ pub(super) struct Acting {
 }
 
 impl Acting {
+    #[inline]
     pub(super) fn new(
         key: Key,
         tool: ToolId,
@@ -64,6 +65,7 @@ impl Acting {
     }
 
     /// Completes the claim with the action's record; see [`Held::complete`].
+    #[inline]
     pub(super) fn complete(self, state: RecordState, value: RecordValue) -> Completing {
         let Acting {
             held, active, tool, ..

@@ -73,7 +73,7 @@ impl Call {
         // key is never made a shared value; any other call claims the key.
         enum Probed {
             Replayed(RecordState),
-            Claimed(Key, Option<StoreResult<Answer>>),
+            Claimed(Key, Answer),
         }
         let (lease, retention) = (self.policy.get().lease, self.policy.get().retention);
         let probed = observe::timed_now(&**store, "claim", || {
@@ -100,40 +100,34 @@ impl Call {
                 lease,
                 retention,
             };
-            let ready = claim(store, request).into_ready().ok();
-            Probed::Claimed(key, ready)
+            // Asked of the memory store itself: its answer is ready, and
+            // no future is made around it.
+            let answer = memory
+                .claim_at_once(&request)
+                .map_claim(|claim| Held::new(store, claim, lease));
+            Probed::Claimed(key, answer)
         });
-        let (key, ready) = match probed {
+        let (key, answer) = match probed {
             Probed::Replayed(state) => {
                 observe::found_completed(&self.tool, state);
                 let (key, note) = self.replay_parts();
                 return Begin::Now(Begun::Ended(Ended::ReplayedAtOnce { key, note }));
             }
-            Probed::Claimed(key, ready) => (key, ready),
-        };
-        // A store that said it answers at once, and did not, is asked again
-        // the long way.
-        let Some(answer) = ready else {
-            let store = Arc::clone(store);
-            return Begin::Later(Box::pin(self.take().claiming(store, None)));
+            Probed::Claimed(key, answer) => (key, answer),
         };
         match answer {
-            Ok(ClaimAnswer::Claimed(held)) if self.acts_on(&held) => {
+            ClaimAnswer::Claimed(held) if self.acts_on(&held) => {
                 observe::claimed(&self.tool, held.fence(), held.taken_over());
                 let tool = mem::replace(&mut self.tool, ToolId::new(""));
                 let verification = self.verification();
                 Begin::Now(Begun::Act(Acting::new(key, tool, held, verification)))
             }
-            Ok(answer @ (ClaimAnswer::Claimed(_) | ClaimAnswer::InFlight(_))) => {
+            answer @ (ClaimAnswer::Claimed(_) | ClaimAnswer::InFlight(_)) => {
                 let store = Arc::clone(store);
                 Begin::Later(Box::pin(self.take().claiming(store, Some(answer))))
             }
-            Ok(ClaimAnswer::Completed(finished)) => Begin::Now(self.replay(finished)),
-            Ok(ClaimAnswer::Conflict { reason, first }) => Begin::Now(self.conflict(reason, first)),
-            Err(cause) => {
-                let cause = observe::store_failed(&self.tool, &**store, "claim", cause);
-                Begin::Now(Begun::Ended(Ended::Failed(cause)))
-            }
+            ClaimAnswer::Completed(finished) => Begin::Now(self.replay(finished)),
+            ClaimAnswer::Conflict { reason, first } => Begin::Now(self.conflict(reason, first)),
         }
     }
 

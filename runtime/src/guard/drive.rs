@@ -33,127 +33,6 @@ use super::claim::{Begin, Begun, Replayed};
 use super::codec::ErrorCodec;
 use super::verify::{Checked, unknown_detail};
 
-impl Call {
-    /// Claims the key, then runs `action` or replays.
-    ///
-    /// - First call: runs `action`. On `Ok` the result is recorded and
-    ///   returned as [`Outcome::Fresh`]. On `Err` the claim is released and
-    ///   nothing is recorded, so a retry runs the action again.
-    /// - A duplicate after completion gets [`Outcome::Replay`].
-    /// - A duplicate while the first is in flight waits (by wake-up) and gets
-    ///   its result; if the first fails, one waiter takes over and runs.
-    /// - The same key with other arguments or from another tool gets
-    ///   [`Outcome::Conflict`].
-    ///
-    /// # Errors
-    ///
-    /// The action's own `Err`, or an [`Error`] converted into `E`. Each says
-    /// whether the action ran ([`Error::action_ran`]):
-    /// - before acting: [`Error::Store`] (the claim could not be made),
-    ///   [`Error::InProgress`] (a duplicate still in flight at the `wait`
-    ///   deadline), [`Error::Reentrant`], [`Error::UnknownOutcome`], and
-    ///   [`Error::Codec`] for a recorded result of another type;
-    /// - after acting: [`Error::NotRecorded`], when the result could not be
-    ///   recorded (the completion is tried again while the lease holds), and
-    ///   [`Error::LeaseLost`], when another caller took the claim over.
-    ///
-    /// # Cancel safety
-    ///
-    /// The returned future may be dropped at any `.await`, as frameworks do
-    /// with timeouts and `select!`:
-    /// - before the action starts, the claim is released (or never made):
-    ///   the next call acts at once, without waiting out a lease;
-    /// - while the action runs, the action is dropped with it and the claim is
-    ///   released, as after an error, so a retry acts again;
-    /// - once the action has returned `Ok`, its result is still recorded on a
-    ///   task of its own, and every later call replays it.
-    ///
-    /// If `action` panics, the claim is released and the panic propagates.
-    pub fn run<T, E, F>(self, action: F) -> impl Future<Output = Result<Outcome<T>, E>>
-    where
-        F: Future<Output = Result<T, E>>,
-        T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-        E: From<Error>,
-    {
-        drive(Ok(self), action, None)
-    }
-
-    /// Like [`Call::run`], but an `Err` is final: it is recorded, and every
-    /// duplicate gets the same error back without running the action. For
-    /// actions whose failure must not be retried, such as a declined card.
-    pub fn run_recording_errors<T, E, F>(
-        self,
-        action: F,
-    ) -> impl Future<Output = Result<Outcome<T>, E>>
-    where
-        F: Future<Output = Result<T, E>>,
-        T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-        E: From<Error> + Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-    {
-        drive(Ok(self), action, Some(ErrorCodec::<E>::recording()))
-    }
-
-    /// Like [`Call::run`], for an action whose error says whether it may
-    /// have taken effect ([`Classify`]). A [definite](Failure::Definite)
-    /// error releases the claim, as [`Call::run`] does, and a retry acts
-    /// again. An [unknown](Failure::Unknown) one never releases it: the
-    /// call's [verification](Call::verify) asks the provider (its result
-    /// is recorded and returned if the action happened; the claim is
-    /// released if it did not), and without one, or when it cannot tell,
-    /// the outcome is recorded as unknown, so every later call gets
-    /// [`Error::UnknownOutcome`] until an operator resolves it. The call
-    /// itself returns the action's error.
-    ///
-    /// ```
-    /// use std::io::ErrorKind;
-    /// use std::sync::Arc;
-    /// use idempotent_tools::call::{Call, Key};
-    /// use idempotent_tools::{Classify, Error, Failure, MemoryStore};
-    ///
-    /// #[derive(Debug, thiserror::Error)]
-    /// enum SendError {
-    ///     #[error("the mail server did not answer")]
-    ///     Network(#[from] std::io::Error),
-    ///     #[error(transparent)]
-    ///     Idempotency(#[from] Error),
-    /// }
-    ///
-    /// impl Classify for SendError {
-    ///     fn failure(&self) -> Failure {
-    ///         match self {
-    ///             SendError::Network(err) => err.failure(),
-    ///             SendError::Idempotency(_) => Failure::Definite,
-    ///         }
-    ///     }
-    /// }
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let store = Arc::new(MemoryStore::new());
-    /// let key = Key::builder().literal("run-1:email:")?.part("ticket", "77")?.finish()?;
-    /// let send = || Call::new("mail::send", key.clone()).store(&store);
-    ///
-    /// // The mail may have gone out before the connection timed out.
-    /// let timed_out = send()
-    ///     .run_classified(async { Err::<(), _>(SendError::from(std::io::Error::from(ErrorKind::TimedOut))) })
-    ///     .await;
-    /// assert!(matches!(timed_out, Err(SendError::Network(_))));
-    ///
-    /// // The retry does not send it again: the outcome is unknown.
-    /// let retry = send().run_classified(async { Ok::<(), SendError>(()) }).await;
-    /// assert!(matches!(retry, Err(SendError::Idempotency(Error::UnknownOutcome { .. }))));
-    /// # Ok(()) }
-    /// ```
-    pub fn run_classified<T, E, F>(self, action: F) -> impl Future<Output = Result<Outcome<T>, E>>
-    where
-        F: Future<Output = Result<T, E>>,
-        T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-        E: From<Error> + Classify + fmt::Display,
-    {
-        drive_classified(Ok(self), action, None, Some(unknown_error::<E>))
-    }
-}
-
 /// The error's text, if it says the action may have taken effect.
 pub(crate) fn unknown_error<E: Classify + fmt::Display>(err: &E) -> Option<String> {
     (err.failure() == Failure::Unknown).then(|| err.to_string())
@@ -295,7 +174,16 @@ where
                     *replayed = Some(Replayed::read(finished, errors.as_ref()));
                 });
                 match begun {
-                    Begin::Now(Begun::Act(acting)) => *state = State::Acting(acting),
+                    Begin::Now(Begun::Act(acting)) => {
+                        // Done while the action is polled: a panic in it
+                        // leaves the call done, its claim dropped with it.
+                        *state = State::Done;
+                        if let Some(polled) =
+                            act(state, acting, action.as_mut(), cx, errors, *unknown)
+                        {
+                            return polled;
+                        }
+                    }
                     Begin::Now(Begun::Ended(ended)) => {
                         *state = State::Done;
                         return Poll::Ready(ended.into_result(errors.as_ref(), replayed.take()));
@@ -318,28 +206,11 @@ where
                         return Poll::Pending;
                     }
                 },
-                State::Acting(mut acting) => {
-                    acting.may_take_effect();
-                    let action = action.as_mut();
-                    *state = match acting.active.poll_as(|| action.poll(cx)) {
-                        Poll::Pending => State::Acting(acting),
-                        Poll::Ready(Ok(value)) => State::Completing(
-                            acting.complete(RecordState::Done, RecordValue::typed(value.clone())),
-                            value,
-                        ),
-                        Poll::Ready(Err(err)) => match (&*errors, unknown.and_then(|f| f(&err))) {
-                            (Some(codec), _) => State::RecordingError(
-                                acting.complete(RecordState::Failed, (codec.record)(&err)),
-                                err,
-                            ),
-                            (None, Some(error)) => Verifying::start(acting, err, error),
-                            (None, None) => State::Releasing(acting.release(), err),
-                        },
-                    };
-                    if matches!(state, State::Acting(_)) {
-                        return Poll::Pending;
+                State::Acting(acting) => {
+                    match act(state, acting, action.as_mut(), cx, errors, *unknown) {
+                        Some(polled) => return polled,
+                        None => continue,
                     }
-                    continue;
                 }
                 State::Completing(mut completing, value) => {
                     return match Pin::new(&mut completing).poll(cx) {
@@ -386,13 +257,65 @@ where
                 State::Done => return Poll::Pending,
             };
             match next {
-                Begun::Act(acting) => *state = State::Acting(acting),
+                Begun::Act(acting) => {
+                    if let Some(polled) = act(state, acting, action.as_mut(), cx, errors, *unknown)
+                    {
+                        return polled;
+                    }
+                }
                 Begun::Ended(ended) => {
                     return Poll::Ready(ended.into_result(errors.as_ref(), replayed.take()));
                 }
             }
         }
     }
+}
+
+/// Polls the action of a held claim, with `state` left done meanwhile; an
+/// action that is ready has its result recorded at once, and a completion
+/// that is ready too ends the call without the state being written. `None`
+/// means `state` holds what comes next, to be polled in turn.
+#[inline(always)]
+fn act<T, E>(
+    state: &mut State<T, E>,
+    mut acting: Acting,
+    action: Pin<&mut dyn Future<Output = Result<T, E>>>,
+    cx: &mut Context<'_>,
+    errors: &Option<ErrorCodec<E>>,
+    unknown: Option<fn(&E) -> Option<String>>,
+) -> Option<Poll<Result<Outcome<T>, E>>>
+where
+    T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    E: From<Error>,
+{
+    acting.may_take_effect();
+    *state = match acting.active.poll_as(|| action.poll(cx)) {
+        Poll::Pending => {
+            *state = State::Acting(acting);
+            return Some(Poll::Pending);
+        }
+        Poll::Ready(Ok(value)) => {
+            let mut completing =
+                acting.complete(RecordState::Done, RecordValue::typed(value.clone()));
+            return Some(match Pin::new(&mut completing).poll(cx) {
+                Poll::Ready(Ok(())) => Poll::Ready(Ok(Outcome::Fresh { value })),
+                Poll::Ready(Err(error)) => Poll::Ready(Err(with_result(error, &value).into())),
+                Poll::Pending => {
+                    *state = State::Completing(completing, value);
+                    Poll::Pending
+                }
+            });
+        }
+        Poll::Ready(Err(err)) => match (errors, unknown.and_then(|f| f(&err))) {
+            (Some(codec), _) => State::RecordingError(
+                acting.complete(RecordState::Failed, (codec.record)(&err)),
+                err,
+            ),
+            (None, Some(error)) => Verifying::start(acting, err, error),
+            (None, None) => State::Releasing(acting.release(), err),
+        },
+    };
+    None
 }
 
 /// An action that failed in a way that may have taken effect, while the

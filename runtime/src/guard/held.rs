@@ -25,9 +25,9 @@ use std::time::{Duration, SystemTime};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::answers_at_once;
 use super::backoff::Backoff;
 use super::verify::{Checked, Verification, unknown_detail};
+use super::{answers_at_once, memory};
 use crate::key::Key;
 use crate::observe;
 use crate::store::record::RecordState;
@@ -146,14 +146,13 @@ impl Held {
         // Tried again until the lease as it stands now runs out; renewing
         // stops, so the retries stay bounded by one lease.
         let lease_end = self.renewal.take().map(|r| r.lease_end.get());
+        // The memory store records at once, and fails only when the claim
+        // is lost: nothing to try again, nothing to copy for a retry.
+        if let Some(memory) = memory(&self.store) {
+            return StoreFuture::ready(memory.complete_at_once(&self.claim, finished));
+        }
         let store = Arc::clone(&self.store);
         let claim = self.claim.clone();
-        if answers_at_once(&store) {
-            match store.complete(&claim, finished.clone()).into_ready() {
-                Ok(Err(StoreError::Unavailable(_) | StoreError::Unrecordable(_))) | Err(_) => {}
-                Ok(done) => return StoreFuture::ready(done),
-            }
-        }
         let lease = self.lease;
         StoreFuture::boxed(detached(async move {
             let deadline = lease_end.unwrap_or_else(|| Instant::now() + lease);
@@ -189,13 +188,14 @@ impl Held {
     pub(crate) fn release(mut self) -> StoreFuture<'static, ()> {
         self.armed = false;
         self.renewal = None;
-        let store = Arc::clone(&self.store);
-        let claim = self.claim.clone();
-        if answers_at_once(&store)
-            && let Ok(Ok(()) | Err(StoreError::LeaseLost)) = store.release(&claim).into_ready()
-        {
+        // The memory store releases at once; a claim already lost is not
+        // this holder's to release.
+        if let Some(memory) = memory(&self.store) {
+            let _ = memory.release_at_once(&self.claim);
             return StoreFuture::ready(());
         }
+        let store = Arc::clone(&self.store);
+        let claim = self.claim.clone();
         let lease = self.lease;
         StoreFuture::boxed(async move {
             let _ = detached(async move {

@@ -4,7 +4,8 @@
 //! ends a call without acting, is one non-generic core (`claim`); a claim
 //! that is won acts under a [`held::Held`] drop guard (`held`, `acting`),
 //! marked as the task's active key (`active`); `drive` is the thin typed
-//! shim that joins them around the tool's own future ([`Call::run`]), with
+//! shim that joins them around the tool's own future ([`Call::run`], whose
+//! three kinds are in `run`), with
 //! `codec` recording a tool's error when errors are final; `transaction`
 //! runs the action in a transaction of the store's, through the store's
 //! half of it.
@@ -17,6 +18,7 @@ mod claim;
 mod codec;
 mod drive;
 mod held;
+mod run;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod transaction;
 mod verify;

@@ -120,6 +120,12 @@ impl Key {
         self.0.as_str()
     }
 
+    /// The key's text as bytes, read with no UTF-8 check: what a map keyed
+    /// by keys hashes and compares on its hot path (see the memory store).
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+
     /// The form to hand to a provider as its idempotency key: at most
     /// [`PROVIDER_KEY_MAX`] (255) characters.
     ///

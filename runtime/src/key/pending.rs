@@ -7,35 +7,56 @@ use super::scratch;
 
 /// A key rendered for one call, shared on demand. The default is empty: what
 /// is left where a key was taken out.
-#[derive(Default)]
-pub(crate) struct PendingKey {
-    /// The rendered text; empty once the key is shared, or when the call
-    /// was given a shared key.
-    rendered: String,
-    shared: Option<Key>,
+///
+/// One of the two at a time, so that a call, which carries it, stays small
+/// enough to be moved with a few stores rather than a copy.
+pub(crate) enum PendingKey {
+    /// The rendered text, in the buffer it was rendered in.
+    Rendered(String),
+    /// The key shared, or the call was given a shared key.
+    Shared(Key),
 }
+
+impl Default for PendingKey {
+    fn default() -> PendingKey {
+        PendingKey::Rendered(String::new())
+    }
+}
+
+/// What [`PendingKey::share`] reads if a key it has just shared were not
+/// there: never read.
+static UNSHARED: Key = Key(super::Text::Inline {
+    len: 0,
+    bytes: [0; super::INLINE_KEY_MAX],
+});
 
 impl PendingKey {
     /// Text a builder rendered and checked.
     pub(super) fn rendered(rendered: String) -> PendingKey {
-        PendingKey {
-            rendered,
-            shared: None,
-        }
+        PendingKey::Rendered(rendered)
     }
 
     /// The key's text.
     pub(crate) fn as_str(&self) -> &str {
-        match &self.shared {
-            Some(key) => key.as_str(),
-            None => &self.rendered,
+        match self {
+            PendingKey::Rendered(rendered) => rendered,
+            PendingKey::Shared(key) => key.as_str(),
         }
     }
 
-    /// The key as a shared value, allocated the first time it is asked for.
+    /// The key as a shared value, allocated the first time it is asked for;
+    /// the buffer goes back for the next key rendered on this thread.
     pub(crate) fn share(&mut self) -> &Key {
-        let PendingKey { rendered, shared } = self;
-        shared.get_or_insert_with(|| Key::from_checked(rendered))
+        if let PendingKey::Rendered(rendered) = self {
+            let key = Key::from_checked(rendered);
+            scratch::give_back(std::mem::take(rendered));
+            *self = PendingKey::Shared(key);
+        }
+        match self {
+            PendingKey::Shared(key) => key,
+            // Shared just above.
+            PendingKey::Rendered(_) => &UNSHARED,
+        }
     }
 
     /// The key as a shared value.
@@ -46,17 +67,16 @@ impl PendingKey {
 
 impl From<Key> for PendingKey {
     fn from(key: Key) -> PendingKey {
-        PendingKey {
-            rendered: String::new(),
-            shared: Some(key),
-        }
+        PendingKey::Shared(key)
     }
 }
 
 impl Drop for PendingKey {
     fn drop(&mut self) {
         // The buffer goes back for the next key rendered on this thread.
-        scratch::give_back(std::mem::take(&mut self.rendered));
+        if let PendingKey::Rendered(rendered) = self {
+            scratch::give_back(std::mem::take(rendered));
+        }
     }
 }
 

@@ -72,7 +72,7 @@ pub struct MemoryStore {
 }
 
 struct Inner {
-    slots: DashMap<Key, Slot, RandomState>,
+    slots: DashMap<SlotKey, Slot, RandomState>,
     owners: AtomicU64,
     inserted_since_sweep: AtomicUsize,
     sweep_after: AtomicUsize,
@@ -82,6 +82,32 @@ struct Inner {
     /// the next insert starts another (a runtime that shut down takes its
     /// tasks with it).
     sweeping: AtomicBool,
+}
+
+/// A key as the map holds it: hashed, compared and looked up by its bytes,
+/// which an inline [`Key`] reads with no UTF-8 check, where its text (and
+/// so `Hash for Key`) would check them on every lookup. Private to the map,
+/// so both sides of a lookup hash as `[u8]` does.
+struct SlotKey(Key);
+
+impl std::hash::Hash for SlotKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.as_bytes().hash(state);
+    }
+}
+
+impl PartialEq for SlotKey {
+    fn eq(&self, other: &SlotKey) -> bool {
+        self.0.as_bytes() == other.0.as_bytes()
+    }
+}
+
+impl Eq for SlotKey {}
+
+impl std::borrow::Borrow<[u8]> for SlotKey {
+    fn borrow(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
 }
 
 struct Held {
@@ -158,11 +184,7 @@ impl MemoryStore {
 
 impl Store for MemoryStore {
     fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, StoreResult<ClaimAnswer>> {
-        let state = self.inner.claim_now(&req);
-        if matches!(state, ClaimAnswer::Claimed(_)) {
-            self.ensure_sweeper();
-        }
-        StoreFuture::ready(Ok(state))
+        StoreFuture::ready(Ok(self.claim_at_once(&req)))
     }
 
     fn complete<'a>(
@@ -170,16 +192,16 @@ impl Store for MemoryStore {
         claim: &'a Claim,
         finished: Completion,
     ) -> StoreFuture<'a, StoreResult<()>> {
-        StoreFuture::ready(self.inner.complete_now(claim, finished))
+        StoreFuture::ready(self.complete_at_once(claim, finished))
     }
 
     fn release<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, StoreResult<()>> {
-        StoreFuture::ready(self.inner.release_now(claim))
+        StoreFuture::ready(self.release_at_once(claim))
     }
 
     fn renew<'a>(&'a self, claim: &'a Claim, _lease: Duration) -> StoreFuture<'a, StoreResult<()>> {
         let current = matches!(
-            self.inner.slots.get(&claim.key).as_deref(),
+            self.inner.slots.get(claim.key.as_bytes()).as_deref(),
             Some(Slot::Held(held)) if held.owner == claim.owner && held.fence == claim.fence
         );
         StoreFuture::ready(if current {
@@ -216,7 +238,7 @@ impl Records for MemoryStore {
         let record = self
             .inner
             .slots
-            .get(key)
+            .get(key.as_bytes())
             .map(|slot| Inner::record(key, &slot, now, wall));
         StoreFuture::ready(Ok(record))
     }
@@ -243,5 +265,28 @@ impl MemoryStore {
         replay: &mut dyn FnMut(&Completion),
     ) {
         self.inner.replay_now(key, tool, fingerprint, replay);
+    }
+
+    /// [`Store::claim`], answered at once: the guard calls it inline,
+    /// with no future around the answer.
+    pub(crate) fn claim_at_once(&self, req: &ClaimRequest<'_>) -> ClaimAnswer {
+        let state = self.inner.claim_now(req);
+        if matches!(state, ClaimAnswer::Claimed(_)) {
+            self.ensure_sweeper();
+        }
+        state
+    }
+
+    /// [`Store::complete`], answered at once. It fails only with
+    /// [`StoreError::LeaseLost`]: nothing here is unreachable, and a typed
+    /// value is kept as it is.
+    pub(crate) fn complete_at_once(&self, claim: &Claim, finished: Completion) -> StoreResult<()> {
+        self.inner.complete_now(claim, finished)
+    }
+
+    /// [`Store::release`], answered at once. It fails only with
+    /// [`StoreError::LeaseLost`].
+    pub(crate) fn release_at_once(&self, claim: &Claim) -> StoreResult<()> {
+        self.inner.release_now(claim)
     }
 }

@@ -58,9 +58,9 @@ impl Inner {
                 query
                     .after
                     .as_deref()
-                    .is_none_or(|after| entry.key().as_str() > after)
+                    .is_none_or(|after| entry.key().0.as_str() > after)
             })
-            .map(|entry| Inner::record(entry.key(), entry.value(), now, wall))
+            .map(|entry| Inner::record(&entry.key().0, entry.value(), now, wall))
             .filter(|record| query.matches(record, wall))
             .collect();
         found.sort_by(|a, b| a.key.as_str().cmp(b.key.as_str()));

@@ -8,7 +8,7 @@ use dashmap::mapref::entry::Entry;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{Done, Held, Inner, Slot};
+use super::{Done, Held, Inner, Slot, SlotKey};
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
 use crate::outcome::ConflictReason;
@@ -51,7 +51,7 @@ impl Inner {
         fingerprint: Fingerprint,
         replay: &mut dyn FnMut(&Completion),
     ) {
-        let Some(slot) = self.slots.get(key) else {
+        let Some(slot) = self.slots.get(key.as_bytes()) else {
             return;
         };
         if let Slot::Done(done) = &*slot
@@ -66,7 +66,7 @@ impl Inner {
     /// Claims under the shard's write lock. The guard asks
     /// [`Inner::replay_now`] first, so a claim is one entry operation.
     pub(super) fn claim_now(&self, req: &ClaimRequest<'_>) -> ClaimAnswer {
-        let (state, inserted) = match self.slots.entry(req.key.clone()) {
+        let (state, inserted) = match self.slots.entry(SlotKey(req.key.clone())) {
             Entry::Vacant(vacant) => {
                 let (held, claim) = self.new_claim(req, 1);
                 vacant.insert(Slot::Held(held));
@@ -124,7 +124,7 @@ impl Inner {
     }
 
     pub(super) fn complete_now(&self, claim: &Claim, finished: Completion) -> StoreResult<()> {
-        let Some(mut slot) = self.slots.get_mut(&claim.key) else {
+        let Some(mut slot) = self.slots.get_mut(claim.key.as_bytes()) else {
             return Err(StoreError::LeaseLost);
         };
         let held = match &*slot {
@@ -150,7 +150,7 @@ impl Inner {
     }
 
     pub(super) fn release_now(&self, claim: &Claim) -> StoreResult<()> {
-        let removed = self.slots.remove_if(&claim.key, |_, slot| {
+        let removed = self.slots.remove_if(claim.key.as_bytes(), |_, slot| {
             matches!(slot, Slot::Held(held) if held.owner == claim.owner && held.fence == claim.fence)
         });
         match removed {
@@ -166,16 +166,16 @@ impl Inner {
     /// claim's lease is always live: its holder is in this process.
     pub(super) fn forget_now(&self, key: &Key, how: Forget) -> StoreResult<bool> {
         let force = how == Forget::Force;
-        let removed = self
-            .slots
-            .remove_if(key, |_, slot| force || matches!(slot, Slot::Done(_)));
+        let removed = self.slots.remove_if(key.as_bytes(), |_, slot| {
+            force || matches!(slot, Slot::Done(_))
+        });
         match removed {
             Some((_, Slot::Held(held))) => {
                 held.wake();
                 Ok(true)
             }
             Some(_) => Ok(true),
-            None if self.slots.contains_key(key) => Err(StoreError::LiveClaim {
+            None if self.slots.contains_key(key.as_bytes()) => Err(StoreError::LiveClaim {
                 key: key.as_str().to_owned(),
             }),
             None => Ok(false),
@@ -185,7 +185,7 @@ impl Inner {
     /// Resolves an unknown outcome under the shard's lock. Here a held
     /// claim's lease is always live: its holder is in this process.
     pub(super) fn resolve_now(&self, key: &Key, how: Resolution) -> StoreResult<()> {
-        let Entry::Occupied(mut occupied) = self.slots.entry(key.clone()) else {
+        let Entry::Occupied(mut occupied) = self.slots.entry(SlotKey(key.clone())) else {
             return Err(StoreError::NoRecord {
                 key: key.as_str().to_owned(),
             });
