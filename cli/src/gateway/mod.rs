@@ -167,7 +167,7 @@ pub async fn run(args: GatewayArgs, store: Option<String>) -> Result<(), Gateway
         eprintln!("gateway: metrics for Prometheus at http://{address}/metrics");
     }
     let peer = upstream.peer().clone();
-    let make = move || Gateway::new(hub.clone(), peer.clone(), store.clone(), runs.clone());
+    let make = move || Gateway::new(hub.clone(), peer.clone(), store.clone(), runs);
     let serving = async move {
         match args.listen {
             None => serve::stdio(make()).await,
