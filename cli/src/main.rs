@@ -253,15 +253,9 @@ fn main() -> ExitCode {
     if let Command::Gateway(args) = cli.command {
         return run_gateway(args, cli.store);
     }
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: could not start the async runtime: {e}");
-            return Exit::Failed.into();
-        }
+        Err(exit) => return exit,
     };
     match runtime.block_on(run(cli)) {
         Ok(()) => Exit::Ok.into(),
@@ -272,8 +266,20 @@ fn main() -> ExitCode {
     }
 }
 
-/// The gateway, on a runtime of one thread, with its log on stderr (`RUST_LOG`; the guard's `info` and everything's
-/// `warn` by default).
+/// A runtime of one thread, or the exit status of a tool that could not
+/// start one.
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("error: could not start the async runtime: {e}");
+            Exit::Failed.into()
+        })
+}
+
+/// The gateway, on a runtime of one thread, with its log on stderr
+/// (`RUST_LOG`; the guard's `info` and everything's `warn` by default).
 #[cfg(feature = "gateway")]
 fn run_gateway(args: gateway::GatewayArgs, store: Option<String>) -> ExitCode {
     use tracing_subscriber::EnvFilter;
@@ -290,15 +296,9 @@ fn run_gateway(args: gateway::GatewayArgs, store: Option<String>) -> ExitCode {
     // before its result. The gateway's time goes to rmcp's work on each
     // message, which a second thread does not shorten (BENCHMARKS.md,
     // section 12).
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: could not start the async runtime: {e}");
-            return Exit::Failed.into();
-        }
+        Err(exit) => return exit,
     };
     match runtime.block_on(gateway::run(args, store)) {
         Ok(()) => Exit::Ok.into(),

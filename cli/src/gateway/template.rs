@@ -357,13 +357,8 @@ fn check_field(root: &Value, field: &mut Field, marks: &Marks<'_>) -> Result<(),
             let known: Vec<&str> = properties
                 .map(|properties| properties.keys().map(String::as_str).collect())
                 .unwrap_or_default();
-            let closest = known
-                .iter()
-                .map(|candidate| (strsim::jaro_winkler(candidate, name), *candidate))
-                .filter(|(score, _)| *score > 0.8)
-                .max_by(|a, b| a.0.total_cmp(&b.0));
-            let hint = match closest {
-                Some((_, candidate)) => {
+            let hint = match closest(&known, name) {
+                Some(candidate) => {
                     let mut path = field.path[..step].to_vec();
                     path.push(candidate.to_owned());
                     format!("; did you mean `<{}>`?", path.join("."))
@@ -430,6 +425,17 @@ fn check_field(root: &Value, field: &mut Field, marks: &Marks<'_>) -> Result<(),
         }
     }
     Ok(())
+}
+
+/// The name among `candidates` that `name` most likely misspells, if one is
+/// close enough to suggest.
+pub fn closest<'a>(candidates: &[&'a str], name: &str) -> Option<&'a str> {
+    candidates
+        .iter()
+        .map(|candidate| (strsim::jaro_winkler(candidate, name), *candidate))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, candidate)| candidate)
 }
 
 /// Follows a local `$ref` (`#/$defs/Name`, `#/definitions/Name`).

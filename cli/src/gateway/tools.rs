@@ -12,7 +12,7 @@ use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::config::{TakeoverName, ToolConfig, ToolErrors};
-use super::template::{Marks, RenderError, Template, check};
+use super::template::{Marks, RenderError, Template, check, closest};
 
 /// A tool the gateway guards.
 pub struct GuardedTool {
@@ -164,13 +164,8 @@ fn check_tool(
 ) -> Result<GuardedTool, Vec<String>> {
     let Some(tool) = listed.iter().find(|tool| tool.name == name) else {
         let names: Vec<&str> = listed.iter().map(|tool| tool.name.as_ref()).collect();
-        let closest = names
-            .iter()
-            .map(|candidate| (strsim::jaro_winkler(candidate, name), *candidate))
-            .filter(|(score, _)| *score > 0.8)
-            .max_by(|a, b| a.0.total_cmp(&b.0));
-        let hint = match closest {
-            Some((_, candidate)) => format!("; did you mean `[tools.{candidate}]`?"),
+        let hint = match closest(&names, name) {
+            Some(candidate) => format!("; did you mean `[tools.{candidate}]`?"),
             None => format!(" (it lists {})", names.join(", ")),
         };
         return Err(vec![format!(
