@@ -236,23 +236,25 @@ impl Classify for ActionError {
             // Never handed to the transport.
             ActionError::Send(ServiceError::TransportClosed) => Failure::Definite,
             ActionError::Send(_) => Failure::Unknown,
-            // The server refused the request itself: it named no tool, or
-            // arguments its schema refuses, before any tool ran.
-            ActionError::Lost(ServiceError::McpError(err))
-                if [
-                    ErrorCode::INVALID_PARAMS,
-                    ErrorCode::METHOD_NOT_FOUND,
-                    ErrorCode::INVALID_REQUEST,
-                    ErrorCode::PARSE_ERROR,
-                ]
-                .contains(&err.code) =>
-            {
+            ActionError::Lost(ServiceError::McpError(err)) if refused_before_acting(err) => {
                 Failure::Definite
             }
             ActionError::Lost(_) => Failure::Unknown,
             ActionError::Tool(_, failure) => *failure,
         }
     }
+}
+
+/// Whether the server refused the request itself, before any tool ran: it
+/// named no tool, or arguments the schema refuses, or was not a request.
+fn refused_before_acting(err: &ErrorData) -> bool {
+    [
+        ErrorCode::INVALID_PARAMS,
+        ErrorCode::METHOD_NOT_FOUND,
+        ErrorCode::INVALID_REQUEST,
+        ErrorCode::PARSE_ERROR,
+    ]
+    .contains(&err.code)
 }
 
 /// A guarded call's outcome as the client reads it: a result whose
@@ -303,7 +305,12 @@ fn answer(outcome: Result<Outcome<Value>, ActionError>) -> Result<CallToolResult
             };
             Ok(error_result(&err, status))
         }
-        Err(ActionError::Lost(ServiceError::McpError(err))) => Err(err),
+        // The server refused the request before any tool ran: its error,
+        // as it sent it.
+        Err(ActionError::Lost(ServiceError::McpError(err))) if refused_before_acting(&err) => {
+            Err(err)
+        }
+        // Any other error after the request went out may follow the action.
         Err(err @ ActionError::Lost(_)) => Ok(error_result(&err, "unknown")),
     }
 }
