@@ -59,6 +59,16 @@ where
     trial(name, needs, case)
 }
 
+/// Whether `program` is on this machine's PATH and answers `--version`.
+pub fn on_path(program: &str) -> bool {
+    std::process::Command::new(program)
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
 /// A trial of `case` that needs no server: it always runs.
 pub fn always<F, Fut>(name: &str, case: F) -> Trial
 where

@@ -29,14 +29,9 @@ const FORMING: Duration = Duration::from_secs(30);
 /// Whether this machine can start a cluster: `redis-server` and
 /// `redis-cli` on the PATH.
 pub fn available() -> bool {
-    ["redis-server", "redis-cli"].iter().all(|program| {
-        Command::new(program)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success())
-    })
+    ["redis-server", "redis-cli"]
+        .into_iter()
+        .all(crate::harness::on_path)
 }
 
 /// A node's client port and its cluster bus port.

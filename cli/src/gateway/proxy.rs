@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use idempotent_tools::call::Call;
-use idempotent_tools::rmcp::{RunPolicy, STATUS_META_KEY, run_of};
+use idempotent_tools::rmcp::{KEY_META_KEY, RunPolicy, STATUS_META_KEY, run_of};
 use idempotent_tools::store::Store;
 use idempotent_tools::{Classify, Error, Failure, Outcome};
 use rmcp::model::{
@@ -32,7 +32,7 @@ use serde_json::Value;
 use super::config::ToolErrors;
 use super::hub::Hub;
 use super::tools::{GuardedTool, Route};
-use super::upstream::{KEY_META_KEY, forwarded_meta};
+use super::upstream::forwarded_meta;
 
 /// One client session's server.
 #[derive(Clone)]
@@ -277,7 +277,7 @@ fn answer(outcome: Result<Outcome<Value>, ActionError>) -> Result<CallToolResult
         }
         Err(ActionError::Tool(mut result, failure)) => {
             let status = match failure {
-                Failure::Definite => "failed",
+                Failure::Definite => "released",
                 _ => {
                     result.content.push(ContentBlock::text(
                         "This action may have taken effect before it failed, so it will not \
@@ -299,7 +299,7 @@ fn answer(outcome: Result<Outcome<Value>, ActionError>) -> Result<CallToolResult
         },
         Err(err @ ActionError::Send(_)) => {
             let status = if err.failure() == Failure::Definite {
-                "failed"
+                "released"
             } else {
                 "unknown"
             };

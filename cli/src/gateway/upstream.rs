@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use futures_util::stream::BoxStream;
 use http::{HeaderName, HeaderValue};
-use idempotent_tools::rmcp::RUN_META_KEY;
+use idempotent_tools::rmcp::{KEY_META_KEY, RUN_META_KEY};
 use rmcp::model::{
     ClientConfig, ClientJsonRpcMessage, ClientRequest, ClientResult, ErrorCode, ErrorData, GetMeta,
     Implementation, ServerNotification, ServerRequest,
@@ -23,10 +23,6 @@ use rmcp::{RoleClient, Service, ServiceExt};
 use sse_stream::{Error as SseError, Sse};
 
 use super::hub::Hub;
-
-/// The `_meta` key under which the gateway passes a guarded call's key to
-/// the upstream.
-pub const KEY_META_KEY: &str = "idempotent/key";
 
 /// Where the upstream is.
 #[derive(Debug, Clone)]

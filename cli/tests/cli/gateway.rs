@@ -16,6 +16,7 @@ use std::time::Duration;
 use libtest_mimic::{Completion, Failed, Trial};
 use serde_json::{Value, json};
 
+use crate::harness::on_path;
 use crate::run::BIN;
 
 const PEERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/gateway/peers");
@@ -49,15 +50,6 @@ impl Sdk {
     }
 }
 
-fn there(program: &str) -> bool {
-    Command::new(program)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
-}
-
 /// Installs the peers' packages, once per test run.
 fn set_up() -> Result<(), String> {
     static DONE: OnceLock<Result<(), String>> = OnceLock::new();
@@ -82,7 +74,7 @@ fn set_up() -> Result<(), String> {
 /// failed without them in CI.
 pub fn trial(name: &str, case: fn()) -> Trial {
     Trial::ignorable_test(name, move || {
-        if !there("node") || !there("python3") {
+        if !on_path("node") || !on_path("python3") {
             if std::env::var_os("CI").is_some() {
                 return Err(
                     "node and python3 must be there in CI: the gateway's peers need them".into(),

@@ -71,8 +71,15 @@ use crate::run::Run;
 pub const RUN_META_KEY: &str = "idempotent/run";
 
 /// The `_meta` key of a tool result that says what the guard did: `fresh`,
-/// `replay` or `conflict`. For clients and logs; the model reads the note.
+/// `replay` or `conflict`; the `idempotent-tools gateway` also answers
+/// `unknown`, `in-progress`, `released` and `error` under it. For clients
+/// and logs; the model reads the note.
 pub const STATUS_META_KEY: &str = "idempotent/status";
+
+/// The `_meta` key under which a guarded call's key reaches an MCP server
+/// downstream of the `idempotent-tools gateway`: the key to hand the
+/// provider, in its [provider form](crate::call::Key::provider_key).
+pub const KEY_META_KEY: &str = "idempotent/key";
 
 /// The run of every request that nothing else scopes, under
 /// [`Unscoped::ServerWide`]. With it a key such as
