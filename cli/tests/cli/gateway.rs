@@ -478,6 +478,8 @@ fn killed_mid_call(store: &str, scene: &Scene) {
     gateway.wait_for("recorded; hanging");
     gateway.child.kill().expect("SIGKILL the gateway");
     gateway.child.wait().expect("reaped");
+    // The first client lost its gateway; its SDK would keep reconnecting.
+    let _ = first.kill();
     let _ = first.wait();
     // The server the killed gateway started hangs on; stop it.
     for refund in scene.refunds() {
