@@ -14,7 +14,11 @@
 //! schema of its own, `idempotent_bench`, dropped at the end; pgbench's
 //! table is created and dropped by `benches/pgbench/run.sh`.
 //! `THROUGHPUT_SECONDS` (default 5) sets how long each throughput point runs;
-//! 0 skips the throughput table. `COALESCE_IN_FLIGHT` sets the coalescing
+//! 0 skips the throughput table; `THROUGHPUT_CLIENTS` (as in `"16 64"`)
+//! which client counts it measures. Beside it, a table of CPU time per
+//! operation: pgbench's own and the server's for an insert, the bench
+//! process's and the server's for a fresh call (`src/cpu.rs`).
+//! `COALESCE_IN_FLIGHT` sets the coalescing
 //! stores' `coalesce_in_flight` (default: a quarter of the pool's size).
 
 use std::hint::black_box;
@@ -26,7 +30,7 @@ use criterion::Criterion;
 use idempotent_benches::durable::{
     self, Client, ClientWork, backend, fresh_call, next_order, replay, timed, unavailable,
 };
-use idempotent_benches::{Network, Provider, bench_run, multi_thread, refund_key, results};
+use idempotent_benches::{Network, Provider, bench_run, cpu, multi_thread, refund_key, results};
 use idempotent_tools::store::postgres::PostgresStoreBuilder;
 use idempotent_tools::{PostgresStore, call::Key, store::StoreError};
 use tokio::runtime::Runtime;
@@ -34,6 +38,8 @@ use tokio::runtime::Runtime;
 const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 const SCHEMA: &str = "idempotent_bench";
 const CLIENTS: [u64; 4] = [1, 4, 16, 64];
+/// The server's processes, whose CPU the throughput table counts.
+const SERVER: &str = "postgres";
 
 /// The plain floor's table: as wide as a claim row, with the same indexes.
 const PLAIN_TABLE: &str = "
@@ -181,17 +187,46 @@ impl ClientWork<PostgresStore> for Work {
     }
 }
 
-/// pgbench's inserts per second for each client count, from
-/// `benches/pgbench/run.sh`; `None` if pgbench could not run.
-fn pgbench(seconds: u64) -> Option<Vec<(u64, f64)>> {
+/// How many completed records the claims table holds before anything is
+/// measured: `RECORDS_BEFORE`, 100,000 by default.
+fn records_before() -> u64 {
+    std::env::var("RECORDS_BEFORE")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(100_000)
+}
+
+/// Fills the claims table with `records` completed records (then the
+/// server vacuums the table and gathers its statistics): a store in service holds records, and its
+/// statements are planned for a table of that size. On a new, empty table,
+/// each connection may keep a plan made for a table of a few rows (a
+/// sequential scan) until autovacuum next analyses it, and the batches of
+/// the first minute scan the whole table (BENCHMARKS.md section 4).
+fn prefill(records: u64) -> String {
+    format!(
+        "INSERT INTO idempotent_claims (key_digest, key_text, tool, fingerprint, state, owner, \
+             fence, taken_over, result, completed_at, expires_at) \
+         SELECT sha256(('before:' || g)::bytea), 'before:' || g, 'benches::refund', \
+             '\\x00000000000000000000000000000000'::bytea, 'done', \
+             '\\x00000000000000000000000000000000'::bytea, 1, false, '{{}}', now(), \
+             now() + interval '1 day' \
+         FROM generate_series(1, {records}) AS g"
+    )
+}
+
+/// pgbench's inserts per second with `clients` clients, from
+/// `benches/pgbench/run.sh`, with the CPU it took (pgbench itself as this
+/// process's child, the server); `None` if pgbench could not run.
+fn pgbench(clients: u64, seconds: u64) -> Option<(f64, cpu::PerOp)> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/pgbench/run.sh");
-    let clients = CLIENTS.map(|c| c.to_string()).join(" ");
+    let before = cpu::sample(SERVER);
     let output = Command::new("bash")
         .arg(script)
-        .env("CLIENTS", clients)
+        .env("CLIENTS", clients.to_string())
         .env("SECONDS_EACH", seconds.to_string())
         .output()
         .ok()?;
+    let after = cpu::sample(SERVER);
     if !output.status.success() {
         eprintln!(
             "pgbench failed: {}",
@@ -199,14 +234,37 @@ fn pgbench(seconds: u64) -> Option<Vec<(u64, f64)>> {
         );
         return None;
     }
-    let rows = String::from_utf8_lossy(&output.stdout)
+    let tps: f64 = String::from_utf8_lossy(&output.stdout)
         .lines()
-        .filter_map(|line| {
+        .find_map(|line| {
             let cells: Vec<_> = line.split('|').map(str::trim).collect();
-            Some((cells.get(1)?.parse().ok()?, cells.get(2)?.parse().ok()?))
-        })
-        .collect();
-    Some(rows)
+            (cells.get(1)?.parse::<u64>().ok()? == clients).then(|| cells.get(2)?.parse().ok())?
+        })?;
+    Some((
+        tps,
+        cpu::PerOp::between(before, after, tps * seconds as f64),
+    ))
+}
+
+/// What the server has written to its WAL so far: records, full-page
+/// images, bytes (`pg_stat_wal`, Postgres 14 and later; zeros before).
+async fn wal(store: &PostgresStore) -> [i64; 3] {
+    let Ok(client) = store.pool().get().await else {
+        return [0; 3];
+    };
+    let row = client
+        .query_one(
+            "SELECT wal_records::bigint, wal_fpi::bigint, wal_bytes::bigint FROM pg_stat_wal",
+            &[],
+        )
+        .await;
+    row.map_or([0; 3], |row| [row.get(0), row.get(1), row.get(2)])
+}
+
+/// WAL per operation between two [`wal`] samples: records, full-page
+/// images, bytes.
+fn wal_per_op(before: [i64; 3], after: [i64; 3], ops: f64) -> [f64; 3] {
+    [0, 1, 2].map(|i| (after[i] - before[i]) as f64 / ops)
 }
 
 /// The stores the throughput table compares: coalescing (the default), every
@@ -222,7 +280,7 @@ fn throughput(rt: &Runtime, stores: &Stores) {
         return;
     };
     let for_how_long = Duration::from_secs(seconds);
-    let pgbench = pgbench(seconds).unwrap_or_default();
+    let mut cpu_rows = Vec::new();
     println!();
     println!("Postgres throughput, {seconds} s per point, pgbench measured just before:");
     println!();
@@ -232,21 +290,32 @@ fn throughput(rt: &Runtime, stores: &Stores) {
          | fresh calls/s, asynchronous completions | ÷ pgbench |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for clients in CLIENTS {
-        let inserts = pgbench
-            .iter()
-            .find(|(c, _)| *c == clients)
-            .map(|(_, tps)| *tps);
+    let seconds_f = seconds as f64;
+    for clients in durable::throughput_clients(&CLIENTS) {
+        let wal_0 = rt.block_on(wal(&stores.coalesced));
+        let pgbench = pgbench(clients, seconds);
+        let wal_1 = rt.block_on(wal(&stores.coalesced));
+        let inserts = pgbench.map(|(tps, _)| tps);
         let claims = durable::rate(rt, &stores.coalesced, clients, Work::Claim, for_how_long);
-        let calls = durable::rate(
+        let wal_2 = rt.block_on(wal(&stores.coalesced));
+        let calls = durable::measure(
             rt,
             &stores.coalesced,
             clients,
             Work::FreshCall,
             for_how_long,
+            SERVER,
         );
+        let wal_3 = rt.block_on(wal(&stores.coalesced));
         let claims_alone = durable::rate(rt, &stores.alone, clients, Work::Claim, for_how_long);
-        let calls_alone = durable::rate(rt, &stores.alone, clients, Work::FreshCall, for_how_long);
+        let alone = durable::measure(
+            rt,
+            &stores.alone,
+            clients,
+            Work::FreshCall,
+            for_how_long,
+            SERVER,
+        );
         let unflushed = durable::rate(
             rt,
             &stores.unflushed,
@@ -258,17 +327,53 @@ fn throughput(rt: &Runtime, stores: &Stores) {
             results::throughput("postgres", "pgbench insert", clients, inserts);
         }
         results::throughput("postgres", "claim", clients, claims);
-        results::throughput("postgres", "fresh call", clients, calls);
+        results::throughput("postgres", "fresh call", clients, calls.per_second);
         let ratio = |x: f64| inserts.map_or("n/a".to_owned(), |i| format!("{:.2}", x / i));
         println!(
-            "| {clients} | {} | {claims:.0} | {} | {calls:.0} | {} | {claims_alone:.0} | {} \
-             | {calls_alone:.0} | {} | {unflushed:.0} | {} |",
+            "| {clients} | {} | {claims:.0} | {} | {:.0} | {} | {claims_alone:.0} | {} \
+             | {:.0} | {} | {unflushed:.0} | {} |",
             inserts.map_or("n/a".to_owned(), |i| format!("{i:.0}")),
             ratio(claims),
-            ratio(calls),
+            calls.per_second,
+            ratio(calls.per_second),
             ratio(claims_alone),
-            ratio(calls_alone),
+            alone.per_second,
+            ratio(alone.per_second),
             ratio(unflushed),
+        );
+        let inserts_wal = wal_per_op(wal_0, wal_1, inserts.unwrap_or(f64::NAN) * seconds_f);
+        let calls_wal = wal_per_op(wal_2, wal_3, calls.per_second * seconds_f);
+        cpu_rows.push((
+            clients,
+            pgbench.map(|(_, cpu)| cpu),
+            calls.cpu,
+            alone.cpu,
+            inserts_wal,
+            calls_wal,
+        ));
+    }
+    println!();
+    println!("CPU per operation, µs (this machine's cores are shared by all three):");
+    println!();
+    println!(
+        "| clients | pgbench: pgbench | pgbench: server | fresh call: bench | fresh call: server \
+         | not coalesced: bench | not coalesced: server \
+         | WAL per insert: records, full pages, bytes | WAL per fresh call |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (clients, pgbench, calls, alone, inserts_wal, calls_wal) in cpu_rows {
+        let (peer, peer_server) = pgbench.map_or(("n/a".to_owned(), "n/a".to_owned()), |p| {
+            (format!("{:.1}", p.children), format!("{:.1}", p.server))
+        });
+        let wal = |w: [f64; 3]| format!("{:.1}, {:.2}, {:.0}", w[0], w[1], w[2]);
+        println!(
+            "| {clients} | {peer} | {peer_server} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} |",
+            calls.own,
+            calls.server,
+            alone.own,
+            alone.server,
+            wal(inserts_wal),
+            wal(calls_wal),
         );
     }
     println!();
@@ -301,6 +406,8 @@ fn main() {
             .await?;
         store.migrate().await?;
         execute(&store, PLAIN_TABLE).await?;
+        execute(&store, &prefill(records_before())).await?;
+        execute(&store, "VACUUM ANALYZE idempotent_claims").await?;
         Ok::<_, StoreError>(Arc::new(store))
     });
     let store = store.unwrap_or_else(|e| panic!("cannot set the benchmark schema up: {e}"));

@@ -12,7 +12,10 @@
 //! The server is `IDEMPOTENT_REDIS_URL` (default `redis://127.0.0.1:6379`).
 //! Every key is under the prefix `idempotent-bench:`, deleted at the end.
 //! `THROUGHPUT_SECONDS` (default 5) sets how long each throughput point
-//! runs; 0 skips the throughput table.
+//! runs; 0 skips the throughput table; `THROUGHPUT_CLIENTS` (as in `"16"`)
+//! which client counts it measures. Beside it, a table of CPU time per
+//! operation: redis-benchmark's own and the server's for a `SET`, the bench
+//! process's and the server's for a claim and a fresh call (`src/cpu.rs`).
 
 use std::hint::black_box;
 use std::process::Command;
@@ -23,7 +26,7 @@ use criterion::Criterion;
 use idempotent_benches::durable::{
     self, Client, ClientWork, backend, fresh_call, next_order, replay, timed, unavailable,
 };
-use idempotent_benches::{Network, Provider, bench_run, multi_thread, results};
+use idempotent_benches::{Network, Provider, bench_run, cpu, multi_thread, results};
 use idempotent_tools::RedisStore;
 use idempotent_tools::store::redis::redis;
 use tokio::runtime::Runtime;
@@ -31,6 +34,8 @@ use tokio::runtime::Runtime;
 const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 const PREFIX: &str = "idempotent-bench:";
 const CLIENTS: [u64; 3] = [1, 4, 16];
+/// The server's process, whose CPU the throughput table counts.
+const SERVER: &str = "redis-server";
 
 fn url() -> String {
     durable::server_url("IDEMPOTENT_REDIS_URL", DEFAULT_URL)
@@ -134,28 +139,40 @@ impl ClientWork<RedisStore> for Work {
 }
 
 /// `redis-benchmark -t set` with `clients` connections: `SET`s per second,
-/// or `None` if it could not run.
-fn redis_benchmark(clients: u64, seconds: u64) -> Option<f64> {
+/// with the CPU per `SET` of redis-benchmark (this process's child) and of
+/// the server; `None` if it could not run.
+fn redis_benchmark(clients: u64, seconds: u64) -> Option<(f64, cpu::PerOp)> {
     let info = redis::parse_redis_url(&url())?;
     let host = info.host_str()?.to_owned();
     let port = info.port().unwrap_or(6379).to_string();
     // About `seconds` of work at the rate a local server sustains.
-    let requests = (25_000 * seconds * clients.min(4)).to_string();
+    let requests = 25_000 * seconds * clients.min(4);
+    let before = cpu::sample(SERVER);
     let output = Command::new("redis-benchmark")
         .args([
-            "-h", &host, "-p", &port, "-t", "set", "-n", &requests, "--csv",
+            "-h",
+            &host,
+            "-p",
+            &port,
+            "-t",
+            "set",
+            "-n",
+            &requests.to_string(),
+            "--csv",
         ])
         .args(["-c", &clients.to_string()])
         .output()
         .ok()?;
+    let after = cpu::sample(SERVER);
     if !output.status.success() {
         return None;
     }
-    String::from_utf8_lossy(&output.stdout)
+    let sets = String::from_utf8_lossy(&output.stdout)
         .lines()
         .find(|line| line.starts_with("\"SET\""))
         .and_then(|line| line.split(',').nth(1))
-        .and_then(|rps| rps.trim_matches('"').parse().ok())
+        .and_then(|rps| rps.trim_matches('"').parse().ok())?;
+    Some((sets, cpu::PerOp::between(before, after, requests as f64)))
 }
 
 fn throughput(rt: &Runtime, store: &Arc<RedisStore>, coalesced: &Arc<RedisStore>) {
@@ -163,6 +180,7 @@ fn throughput(rt: &Runtime, store: &Arc<RedisStore>, coalesced: &Arc<RedisStore>
         return;
     };
     let for_how_long = Duration::from_secs(seconds);
+    let mut cpu_rows = Vec::new();
     println!();
     println!(
         "Redis throughput, {seconds} s per point, redis-benchmark -t set measured just before:"
@@ -173,23 +191,49 @@ fn throughput(rt: &Runtime, store: &Arc<RedisStore>, coalesced: &Arc<RedisStore>
          | coalesced fresh calls/s | ÷ SET |"
     );
     println!("|---|---|---|---|---|---|---|---|");
-    for clients in CLIENTS {
-        let sets = redis_benchmark(clients, seconds);
-        let claims = durable::rate(rt, store, clients, Work::Claim, for_how_long);
-        let calls = durable::rate(rt, store, clients, Work::FreshCall, for_how_long);
+    for clients in durable::throughput_clients(&CLIENTS) {
+        let benchmark = redis_benchmark(clients, seconds);
+        let sets = benchmark.map(|(sets, _)| sets);
+        let claims = durable::measure(rt, store, clients, Work::Claim, for_how_long, SERVER);
+        let calls = durable::measure(rt, store, clients, Work::FreshCall, for_how_long, SERVER);
         let together = durable::rate(rt, coalesced, clients, Work::FreshCall, for_how_long);
         if let Some(sets) = sets {
             results::throughput("redis", "redis-benchmark set", clients, sets);
         }
-        results::throughput("redis", "claim", clients, claims);
-        results::throughput("redis", "fresh call", clients, calls);
+        results::throughput("redis", "claim", clients, claims.per_second);
+        results::throughput("redis", "fresh call", clients, calls.per_second);
         let ratio = |x: f64| sets.map_or("n/a".to_owned(), |s| format!("{:.2}", x / s));
         println!(
-            "| {clients} | {} | {claims:.0} | {} | {calls:.0} | {} | {together:.0} | {} |",
+            "| {clients} | {} | {:.0} | {} | {:.0} | {} | {together:.0} | {} |",
             sets.map_or("n/a".to_owned(), |s| format!("{s:.0}")),
-            ratio(claims),
-            ratio(calls),
+            claims.per_second,
+            ratio(claims.per_second),
+            calls.per_second,
+            ratio(calls.per_second),
             ratio(together),
+        );
+        cpu_rows.push((
+            clients,
+            benchmark.map(|(_, cpu)| cpu),
+            claims.cpu,
+            calls.cpu,
+        ));
+    }
+    println!();
+    println!("CPU per operation, µs (this machine's cores are shared by all three):");
+    println!();
+    println!(
+        "| clients | SET: redis-benchmark | SET: server | claim: bench | claim: server \
+         | fresh call: bench | fresh call: server |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for (clients, benchmark, claims, calls) in cpu_rows {
+        let (peer, peer_server) = benchmark.map_or(("n/a".to_owned(), "n/a".to_owned()), |p| {
+            (format!("{:.1}", p.children), format!("{:.1}", p.server))
+        });
+        println!(
+            "| {clients} | {peer} | {peer_server} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            claims.own, claims.server, calls.own, calls.server
         );
     }
     println!();
@@ -217,6 +261,15 @@ async fn clean(plain: &mut redis::aio::MultiplexedConnection) -> redis::RedisRes
     }
 }
 
+/// The default store's multiplexed connections: `REDIS_CONNECTIONS`, or
+/// the store's default of one.
+fn connections() -> usize {
+    std::env::var("REDIS_CONNECTIONS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+}
+
 fn main() {
     let mut c = Criterion::default().sample_size(20).configure_from_args();
     let rt = multi_thread();
@@ -224,6 +277,7 @@ fn main() {
     let connected = rt.block_on(async {
         let store = RedisStore::builder(url.as_str())
             .prefix(PREFIX)
+            .connections(connections())
             .connect()
             .await?;
         let waiting = RedisStore::builder(url.as_str())

@@ -15,7 +15,7 @@ use idempotent_tools::{
 };
 use tokio::runtime::Runtime;
 
-use crate::{Network, Provider, TOOL, bench_run, refund_key, refund_tool};
+use crate::{Network, Provider, TOOL, bench_run, cpu, refund_key, refund_tool};
 
 /// Order ids never repeat within a process, so every fresh call is new.
 static NEXT_ORDER: AtomicU64 = AtomicU64::new(10_000_000);
@@ -38,6 +38,23 @@ pub fn throughput_seconds() -> Option<u64> {
         .and_then(|s| s.parse().ok())
         .unwrap_or(5u64);
     (seconds != 0).then_some(seconds)
+}
+
+/// The client counts a throughput table measures: `THROUGHPUT_CLIENTS`
+/// (numbers separated by spaces or commas, as in `"16 64"`), or `all`.
+pub fn throughput_clients(all: &[u64]) -> Vec<u64> {
+    let Ok(chosen) = std::env::var("THROUGHPUT_CLIENTS") else {
+        return all.to_vec();
+    };
+    let chosen: Vec<u64> = chosen
+        .split([' ', ','])
+        .filter_map(|c| c.trim().parse().ok())
+        .collect();
+    if chosen.is_empty() {
+        all.to_vec()
+    } else {
+        chosen
+    }
 }
 
 /// A store error for a failure of the server or of the benchmark's own
@@ -142,6 +159,30 @@ pub fn rate<S: Store, W: ClientWork<S>>(
     work: W,
     for_how_long: Duration,
 ) -> f64 {
+    measure(rt, store, clients, work, for_how_long, "").per_second
+}
+
+/// A throughput point: operations per second, and the CPU each took on
+/// this process and on the server.
+#[derive(Debug, Clone, Copy)]
+pub struct Point {
+    /// Operations per second.
+    pub per_second: f64,
+    /// Microseconds of CPU per operation.
+    pub cpu: cpu::PerOp,
+}
+
+/// [`rate`], with the CPU per operation of this process and of the
+/// processes named `server` (see [`cpu::sample`]).
+pub fn measure<S: Store, W: ClientWork<S>>(
+    rt: &Runtime,
+    store: &Arc<S>,
+    clients: u64,
+    work: W,
+    for_how_long: Duration,
+    server: &str,
+) -> Point {
+    let before = cpu::sample(server);
     let run = Arc::new(bench_run());
     let provider = Arc::new(Provider::new(Network::Instant));
     let done = Arc::new(AtomicU64::new(0));
@@ -170,5 +211,11 @@ pub fn rate<S: Store, W: ClientWork<S>>(
                 .unwrap_or_else(|e| panic!("a client failed: {e}"));
         }
     });
-    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    let elapsed = start.elapsed().as_secs_f64();
+    let after = cpu::sample(server);
+    let ops = done.load(Ordering::Relaxed) as f64;
+    Point {
+        per_second: ops / elapsed,
+        cpu: cpu::PerOp::between(before, after, ops),
+    }
 }

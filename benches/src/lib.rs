@@ -22,6 +22,7 @@ use idempotent_tools::{
 };
 use serde::{Deserialize, Serialize};
 
+pub mod cpu;
 pub mod durable;
 pub mod peers;
 pub mod results;
