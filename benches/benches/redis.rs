@@ -28,6 +28,7 @@ use idempotent_benches::durable::{
 };
 use idempotent_benches::{Network, Provider, bench_run, cpu, multi_thread, results};
 use idempotent_tools::RedisStore;
+use idempotent_tools::store::redis::RedisStoreBuilder;
 use idempotent_tools::store::redis::redis;
 use tokio::runtime::Runtime;
 
@@ -261,13 +262,17 @@ async fn clean(plain: &mut redis::aio::MultiplexedConnection) -> redis::RedisRes
     }
 }
 
-/// The default store's multiplexed connections: `REDIS_CONNECTIONS`, or
-/// the store's default of one.
-fn connections() -> usize {
-    std::env::var("REDIS_CONNECTIONS")
+/// The default store's builder, with `REDIS_CONNECTIONS` multiplexed
+/// connections if set (the store's default otherwise).
+fn builder(url: &str) -> RedisStoreBuilder {
+    let builder = RedisStore::builder(url).prefix(PREFIX);
+    match std::env::var("REDIS_CONNECTIONS")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(1)
+    {
+        Some(connections) => builder.connections(connections),
+        None => builder,
+    }
 }
 
 fn main() {
@@ -275,11 +280,7 @@ fn main() {
     let rt = multi_thread();
     let url = url();
     let connected = rt.block_on(async {
-        let store = RedisStore::builder(url.as_str())
-            .prefix(PREFIX)
-            .connections(connections())
-            .connect()
-            .await?;
+        let store = builder(&url).connect().await?;
         let waiting = RedisStore::builder(url.as_str())
             .prefix(PREFIX)
             .wait_for_replicas(0, Duration::from_millis(100))

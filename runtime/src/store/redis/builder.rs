@@ -62,7 +62,7 @@ impl RedisStoreBuilder {
             target,
             prefix: DEFAULT_PREFIX.to_owned(),
             replicas: None,
-            connections: 1,
+            connections: 2,
             reconnect_within: DEFAULT_RECONNECT_WITHIN,
             coalesce: None,
         }
@@ -96,7 +96,10 @@ impl RedisStoreBuilder {
     }
 
     /// How many multiplexed connections the store uses, in turn (default
-    /// 1, which carries many concurrent steps). More help only with
+    /// 2). Each carries many concurrent steps; with two, the client writes
+    /// and reads one while the server runs the other's scripts, which
+    /// nearly doubled fresh calls per second with 16 callers over one
+    /// (BENCHMARKS.md section 8). Give a store more under
     /// [`wait_for_replicas`](Self::wait_for_replicas).
     pub fn connections(mut self, connections: usize) -> RedisStoreBuilder {
         self.connections = connections.max(1);
@@ -117,7 +120,7 @@ impl RedisStoreBuilder {
     /// Whether claims and completions are coalesced (off by default; never
     /// on a Cluster, where one pipeline's keys would span nodes).
     ///
-    /// The one multiplexed connection already pipelines the steps of
+    /// Each multiplexed connection already pipelines the steps of
     /// concurrent callers on its socket, so coalescing saves no server
     /// work; what it saves is a `WAIT` per step under
     /// [`wait_for_replicas`](Self::wait_for_replicas), where one `WAIT`

@@ -19,18 +19,22 @@ if r[4] == 'done' and r[7] then
     r[9] = r[9] or r[12]
 end
 
-local function hold(fence, taken_over)
+-- A record is never without its state, so a key with none is new: there
+-- is nothing left of an earlier claim to delete.
+local function hold(fence, taken_over, new)
     local lease_until = now + tonumber(ARGV[5])
     redis.call('HSET', KEYS[1], 'key', ARGV[1], 'tool', ARGV[2], 'fingerprint', ARGV[3],
         'state', 'held', 'owner', ARGV[4], 'fence', fence, 'taken_over', taken_over,
         'lease_until', string.format('%.0f', lease_until))
-    redis.call('HDEL', KEYS[1], 'ending', 'result', 'completed_at', 'finished_at', 'waiting')
+    if not new then
+        redis.call('HDEL', KEYS[1], 'ending', 'result', 'completed_at', 'finished_at', 'waiting')
+    end
     redis.call('PEXPIREAT', KEYS[1], string.format('%.0f', lease_until + tonumber(ARGV[6])))
     return {'claimed', fence, taken_over}
 end
 
 if not r[4] then
-    return hold('1', '0')
+    return hold('1', '0', true)
 end
 if r[1] ~= ARGV[1] then
     return {'collision', r[1]}
@@ -50,7 +54,7 @@ if r[4] == 'held' then
     end
     local left = tonumber(r[6]) - now
     if left <= 0 then
-        return hold(string.format('%.0f', tonumber(r[5]) + 1), '1')
+        return hold(string.format('%.0f', tonumber(r[5]) + 1), '1', false)
     end
     if ARGV[7] == '1' then
         redis.call('HSET', KEYS[1], 'waiting', '1')

@@ -9,11 +9,10 @@ local r = redis.call('HMGET', KEYS[1], 'owner', 'fence', 'waiting')
 if r[1] ~= ARGV[1] or r[2] ~= ARGV[2] then
     return 0
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[1], 'state', ARGV[3], 'result', ARGV[4], 'completed_at', ARGV[5])
 redis.call('HDEL', KEYS[1], 'lease_until', 'waiting', 'ending', 'finished_at')
-redis.call('PEXPIREAT', KEYS[1], string.format('%.0f', now + tonumber(ARGV[6])))
+-- Kept for the retention from now, by the server's clock.
+redis.call('PEXPIRE', KEYS[1], ARGV[6])
 if r[3] == '1' then
     redis.call('PUBLISH', ARGV[7], ARGV[8])
     return 2

@@ -4,9 +4,10 @@
 //! # The client
 //!
 //! Built on [`redis`] (redis-rs) with tokio and its
-//! `ConnectionManager`: one multiplexed
+//! `ConnectionManager`: a multiplexed
 //! connection that every task pipelines its commands over and that
-//! reconnects by itself. Every step here is one command (a script), so a
+//! reconnects by itself (two, used in turn, by default). Every step here is
+//! one command (a script), so a
 //! multiplexed connection is what a pool would only approximate, and
 //! redis-rs also gives the async pub/sub connection the waiters need. It is
 //! the most used Redis client in Rust and builds small with its default
@@ -36,9 +37,9 @@
 //! the pair of the random 128-bit owner token and the fence, so a holder
 //! from an earlier life of the key never matches.
 //!
-//! Records are kept by key expiry (`PEXPIREAT`): a held claim expires its
-//! retention after its lease, a completed record its retention after
-//! finishing. No purge job is needed, and
+//! Records are kept by key expiry: a held claim expires its retention
+//! after its lease (`PEXPIREAT`), a completed record its retention after
+//! finishing (`PEXPIRE`, from the server's now). No purge job is needed, and
 //! [`Records::purge_expired`] removes nothing and
 //! returns 0.
 
