@@ -1,2 +1,3 @@
-//! The compile-time rules of `#[idempotent]`, as cases under `pass/`,
-//! `fail/` and `frameworks/`: see `tests/ui.rs`.
+//! The compile-time rules of `#[idempotent]`: what it refuses, with the
+//! compiler's message (`tests/ui.rs`, cases under `fail/` and
+//! `frameworks/`), and what it accepts (`tests/pass/`).

@@ -39,7 +39,8 @@ async fn refund(
         .unwrap_or_default())
 }
 
-fn main() -> Result<(), idempotent_tools::Error> {
+#[test]
+fn key_part_derive_builds_and_runs() -> Result<(), idempotent_tools::Error> {
     let key = Key::builder()
         .part("tagged", &Tagged(OrderId(7)))?
         .literal(":")?
@@ -50,7 +51,7 @@ fn main() -> Result<(), idempotent_tools::Error> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .map_err(|_| idempotent_tools::Error::MissingRun)?;
-    let run = Run::new("run-1")?;
+    let run = Run::new("key_part_derive-1")?;
     let key = runtime
         .block_on(refund(
             run,
@@ -60,6 +61,6 @@ fn main() -> Result<(), idempotent_tools::Error> {
         ))
         .map_err(|PayError::Idempotency(e)| e)?
         .into_value();
-    assert_eq!(key.as_deref(), Some("run-1:refund:1182:a%20b:eur"));
+    assert_eq!(key.as_deref(), Some("key_part_derive-1:refund:1182:a%20b:eur"));
     Ok(())
 }

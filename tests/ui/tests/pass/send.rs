@@ -23,9 +23,9 @@ fn assert_send<T: Send>(value: T) -> T {
     value
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let run = Run::new("run-1")?;
+#[tokio::test(flavor = "multi_thread")]
+async fn send_builds_and_runs() -> Result<(), Box<dyn std::error::Error>> {
+    let run = Run::new("send-1")?;
     let task = tokio::spawn(assert_send(count(run, 7, Cell::new(1))));
     let outcome = task.await.expect("the task does not panic")?;
     assert_eq!(outcome.into_value(), Some(2));

@@ -52,15 +52,15 @@ fn args(usd: u64) -> Parameters<RefundArgs> {
     })
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let run = Run::new("run-1")?;
+#[tokio::test(flavor = "current_thread")]
+async fn destructured_builds_and_runs() -> Result<(), Box<dyn std::error::Error>> {
+    let run = Run::new("destructured-1")?;
     assert!(refund(run.clone(), args(42)).await?.is_fresh());
     assert!(refund(run.clone(), args(42)).await?.is_replay());
     // `usd` is bound, so fingerprinted: another amount is a conflict.
     assert!(refund(run.clone(), args(41)).await?.is_conflict());
 
-    let run = Run::new("run-2")?;
+    let run = Run::new("destructured-2")?;
     assert!(refund_by_field(run.clone(), args(42).0).await?.is_fresh());
     assert!(
         refund_by_field(run.clone(), args(41).0)

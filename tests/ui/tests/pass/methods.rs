@@ -40,9 +40,9 @@ fn assert_send<T: Send>(value: T) -> T {
     value
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let run = Run::new("run-1")?;
+#[tokio::test(flavor = "current_thread")]
+async fn methods_builds_and_runs() -> Result<(), Box<dyn std::error::Error>> {
+    let run = Run::new("methods-1")?;
     let mut payments = Payments {
         tenant: "acme".into(),
         store: Arc::new(MemoryStore::new()),

@@ -2,6 +2,9 @@
 //! inner attributes, and parameter attributes other than the markers.
 //! Context parameters are recognised by marker and by type name.
 #![deny(unused_variables)]
+// The tool is written as a framework's tools are: many arguments, and an
+// inner attribute beside the outer ones, which is what this case keeps.
+#![allow(clippy::too_many_arguments, clippy::mixed_attributes_style)]
 
 use idempotent_tools::{CallId, FreeText, Outcome, Run, idempotent};
 
@@ -42,9 +45,9 @@ async fn refund(
     Ok(order_id)
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let run = Run::new("run-1")?;
+#[tokio::test(flavor = "current_thread")]
+async fn attributes_builds_and_runs() -> Result<(), Box<dyn std::error::Error>> {
+    let run = Run::new("attributes-1")?;
     let mut ctx = ToolContext { user: 3 };
     let first = refund(
         run.clone(),

@@ -29,9 +29,9 @@ async fn keyed(
     ))
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let run = Run::new("run-1")?;
+#[tokio::test(flavor = "current_thread")]
+async fn hygiene_builds_and_runs() -> Result<(), Box<dyn std::error::Error>> {
+    let run = Run::new("hygiene-1")?;
     let outcome = keyed(run, "a".into(), 1, 2, 3, 4, 5, 6, 7).await?;
     assert_eq!(outcome.into_value().as_deref(), Some("a:28"));
     Ok(())

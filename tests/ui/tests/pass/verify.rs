@@ -69,8 +69,8 @@ impl Shop {
     }
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() {
+#[tokio::test(flavor = "current_thread")]
+async fn verify_builds_and_runs() {
     let run = Run::new("run-ui-verify").unwrap();
     assert!(refund(run.clone(), "1".into(), 42).await.unwrap().is_fresh());
     assert!(refund_rerun(run.clone(), "2".into(), 42).await.unwrap().is_fresh());

@@ -43,9 +43,9 @@ async fn charge(
     Ok(usd)
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), PayError> {
-    let run = Run::new("run-1").map_err(idempotent_tools::Error::from)?;
+#[tokio::test(flavor = "current_thread")]
+async fn options_builds_and_runs() -> Result<(), PayError> {
+    let run = Run::new("options-1").map_err(idempotent_tools::Error::from)?;
     let store = Arc::new(MemoryStore::new());
     let first = charge(run.clone(), 1, 42, store.clone()).await?;
     assert!(first.is_fresh());

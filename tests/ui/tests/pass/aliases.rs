@@ -22,9 +22,9 @@ async fn cancel(run: Run, order_id: u64) -> ToolResult<u64> {
     Ok(order_id)
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
-    let run = Run::new("run-1")?;
+#[tokio::test(flavor = "current_thread")]
+async fn aliases_builds_and_runs() -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let run = Run::new("aliases-1")?;
     assert!(refund(run.clone(), 7).await?.is_fresh());
     assert!(cancel(run.clone(), 7).await?.is_fresh());
     assert!(cancel(run, 7).await?.is_replay());

@@ -60,9 +60,9 @@ async fn close_ticket(run: Run, #[identifier] ticket: Ticket) -> Result<Outcome<
     Ok(ticket.request_id)
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let run = Run::new("run-1")?;
+#[tokio::test(flavor = "current_thread")]
+async fn identifier_builds_and_runs() -> Result<(), Box<dyn std::error::Error>> {
+    let run = Run::new("identifier-1")?;
     let args = MailArgs {
         customer: 7,
         subject: "welcome-v2".into(),

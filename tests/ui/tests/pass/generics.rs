@@ -33,9 +33,9 @@ async fn note<'a, K: KeyPart + Sync + ?Sized>(
     Ok(text.as_ref().len())
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let run = Run::new("run-1")?;
+#[tokio::test(flavor = "current_thread")]
+async fn generics_builds_and_runs() -> Result<(), Box<dyn std::error::Error>> {
+    let run = Run::new("generics-1")?;
     assert!(refund(run.clone(), 7u64, vec![1, 2]).await?.is_fresh());
     assert!(refund(run.clone(), 7u64, vec![1, 2]).await?.is_replay());
     assert!(refund(run.clone(), 7u64, vec![1]).await?.is_conflict());

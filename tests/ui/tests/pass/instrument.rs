@@ -41,9 +41,9 @@ impl Shop {
     }
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let run = Run::new("run-1")?;
+#[tokio::test(flavor = "current_thread")]
+async fn instrument_builds_and_runs() -> Result<(), Box<dyn std::error::Error>> {
+    let run = Run::new("instrument-1")?;
     assert!(above(run.clone(), 1).await?.is_fresh());
     assert!(above_with_events(run.clone(), 2).await?.is_fresh());
     assert!(below(run.clone(), 3).await?.is_fresh());
