@@ -46,7 +46,10 @@ async fn print_label(run: Run, #[identifier] text: String) -> Result<Outcome<usi
 /// A customer's refund request, filed before any agent saw it: the same on
 /// every ask about it.
 #[idempotent(key = "<run>:refund:<request_id>")]
-async fn refund_request(run: Run, #[identifier] request_id: u64) -> Result<Outcome<u64>, MailError> {
+async fn refund_request(
+    run: Run,
+    #[identifier] request_id: u64,
+) -> Result<Outcome<u64>, MailError> {
     Ok(request_id)
 }
 
@@ -73,8 +76,16 @@ async fn identifier_builds_and_runs() -> Result<(), Box<dyn std::error::Error>> 
         Subject: "welcome-v2".into(),
     };
     assert!(send_mirrored(run.clone(), mirrored).await?.is_fresh());
-    assert!(print_label(run.clone(), "SKU-1182".into()).await?.is_fresh());
+    assert!(
+        print_label(run.clone(), "SKU-1182".into())
+            .await?
+            .is_fresh()
+    );
     assert!(refund_request(run.clone(), 7).await?.is_fresh());
-    assert!(close_ticket(run, Ticket { request_id: 8 }).await?.is_fresh());
+    assert!(
+        close_ticket(run, Ticket { request_id: 8 })
+            .await?
+            .is_fresh()
+    );
     Ok(())
 }

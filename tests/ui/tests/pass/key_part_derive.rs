@@ -61,6 +61,9 @@ fn key_part_derive_builds_and_runs() -> Result<(), idempotent_tools::Error> {
         ))
         .map_err(|PayError::Idempotency(e)| e)?
         .into_value();
-    assert_eq!(key.as_deref(), Some("key_part_derive-1:refund:1182:a%20b:eur"));
+    assert_eq!(
+        key.as_deref(),
+        Some("key_part_derive-1:refund:1182:a%20b:eur")
+    );
     Ok(())
 }

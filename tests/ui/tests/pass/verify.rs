@@ -56,7 +56,11 @@ struct Shop {
 impl Shop {
     /// The key, then a clone of the tool's `Self`, then its arguments.
     async fn find(_key: Key, shop: Shop, _run: Run, order_id: String) -> Verified<u64> {
-        match order_id.parse::<usize>().ok().and_then(|i| shop.ledger.get(i)) {
+        match order_id
+            .parse::<usize>()
+            .ok()
+            .and_then(|i| shop.ledger.get(i))
+        {
             Some(usd) => Verified::Applied(*usd),
             None => Verified::NotApplied,
         }
@@ -72,9 +76,26 @@ impl Shop {
 #[tokio::test(flavor = "current_thread")]
 async fn verify_builds_and_runs() {
     let run = Run::new("run-ui-verify").unwrap();
-    assert!(refund(run.clone(), "1".into(), 42).await.unwrap().is_fresh());
-    assert!(refund_rerun(run.clone(), "2".into(), 42).await.unwrap().is_fresh());
-    assert!(refund_reported(run.clone(), "3".into()).await.unwrap().is_fresh());
-    let shop = Shop { ledger: Arc::new(vec![7]) };
+    assert!(
+        refund(run.clone(), "1".into(), 42)
+            .await
+            .unwrap()
+            .is_fresh()
+    );
+    assert!(
+        refund_rerun(run.clone(), "2".into(), 42)
+            .await
+            .unwrap()
+            .is_fresh()
+    );
+    assert!(
+        refund_reported(run.clone(), "3".into())
+            .await
+            .unwrap()
+            .is_fresh()
+    );
+    let shop = Shop {
+        ledger: Arc::new(vec![7]),
+    };
     assert!(shop.refund(run, "4".into()).await.unwrap().is_fresh());
 }

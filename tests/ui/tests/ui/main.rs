@@ -5,10 +5,16 @@
 //! needs. What the attribute accepts is `tests/pass/`, built with the
 //! workspace.
 //!
+//! The README's sections are built here too, as a reader would build them
+//! (`readme`): both suites compile code in projects of their own, and in
+//! one test binary they run side by side.
+//!
 //! Regenerate the goldens with
 //! `TRYBUILD=overwrite cargo test -p idempotent-tools-ui --test ui`, then
 //! read each one: it must name the culprit, say why it breaks idempotency,
 //! and say what to write instead.
+
+mod readme;
 
 #[test]
 fn ui() {

@@ -95,8 +95,10 @@ fn projects_named(text: &str, name: &str) -> Vec<Project> {
     projects
 }
 
-fn workspace() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+/// The workspace's root, two folders above this package.
+fn workspace() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    root.canonicalize().unwrap_or(root)
 }
 
 /// Writes `project` as a crate in `dir`: a binary if it has a `main`, else
