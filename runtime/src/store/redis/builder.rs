@@ -97,9 +97,9 @@ impl RedisStoreBuilder {
 
     /// How many multiplexed connections the store uses, in turn (default
     /// 2). Each carries many concurrent steps; with two, the client writes
-    /// and reads one while the server runs the other's scripts, which
-    /// nearly doubled fresh calls per second with 16 callers over one
-    /// (BENCHMARKS.md section 8). Give a store more under
+    /// and reads one while the server runs the other's scripts: 1.6× the
+    /// fresh calls per second of one, with 16 callers (BENCHMARKS.md
+    /// section 8). Give a store more under
     /// [`wait_for_replicas`](Self::wait_for_replicas).
     pub fn connections(mut self, connections: usize) -> RedisStoreBuilder {
         self.connections = connections.max(1);
