@@ -41,7 +41,8 @@ pub fn throughput_seconds() -> Option<u64> {
 }
 
 /// The client counts a throughput table measures: `THROUGHPUT_CLIENTS`
-/// (numbers separated by spaces or commas, as in `"16 64"`), or `all`.
+/// (numbers separated by spaces or commas, as in `"16 64"`), or every
+/// count in `all` when it is not set.
 pub fn throughput_clients(all: &[u64]) -> Vec<u64> {
     let Ok(chosen) = std::env::var("THROUGHPUT_CLIENTS") else {
         return all.to_vec();
