@@ -290,7 +290,6 @@ fn throughput(rt: &Runtime, stores: &Stores) {
          | fresh calls/s, asynchronous completions | ÷ pgbench |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
-    let seconds_f = seconds as f64;
     for clients in durable::throughput_clients(&CLIENTS) {
         let wal_0 = rt.block_on(wal(&stores.coalesced));
         let pgbench = pgbench(clients, seconds);
@@ -341,8 +340,8 @@ fn throughput(rt: &Runtime, stores: &Stores) {
             ratio(alone.per_second),
             ratio(unflushed),
         );
-        let inserts_wal = wal_per_op(wal_0, wal_1, inserts.unwrap_or(f64::NAN) * seconds_f);
-        let calls_wal = wal_per_op(wal_2, wal_3, calls.per_second * seconds_f);
+        let inserts_wal = wal_per_op(wal_0, wal_1, inserts.unwrap_or(f64::NAN) * seconds as f64);
+        let calls_wal = wal_per_op(wal_2, wal_3, calls.ops);
         cpu_rows.push((
             clients,
             pgbench.map(|(_, cpu)| cpu),
@@ -362,9 +361,7 @@ fn throughput(rt: &Runtime, stores: &Stores) {
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for (clients, pgbench, calls, alone, inserts_wal, calls_wal) in cpu_rows {
-        let (peer, peer_server) = pgbench.map_or(("n/a".to_owned(), "n/a".to_owned()), |p| {
-            (format!("{:.1}", p.children), format!("{:.1}", p.server))
-        });
+        let [peer, peer_server] = cpu::peer_cells(pgbench);
         let wal = |w: [f64; 3]| format!("{:.1}, {:.2}, {:.0}", w[0], w[1], w[2]);
         println!(
             "| {clients} | {peer} | {peer_server} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} |",

@@ -229,9 +229,7 @@ fn throughput(rt: &Runtime, store: &Arc<RedisStore>, coalesced: &Arc<RedisStore>
     );
     println!("|---|---|---|---|---|---|---|");
     for (clients, benchmark, claims, calls) in cpu_rows {
-        let (peer, peer_server) = benchmark.map_or(("n/a".to_owned(), "n/a".to_owned()), |p| {
-            (format!("{:.1}", p.children), format!("{:.1}", p.server))
-        });
+        let [peer, peer_server] = cpu::peer_cells(benchmark);
         println!(
             "| {clients} | {peer} | {peer_server} | {:.1} | {:.1} | {:.1} | {:.1} |",
             claims.own, claims.server, calls.own, calls.server

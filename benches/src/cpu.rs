@@ -85,6 +85,14 @@ impl PerOp {
     }
 }
 
+/// A peer's two cells of a CPU table, its own and the server's µs per
+/// operation, or `n/a` for a peer that did not run.
+pub fn peer_cells(peer: Option<PerOp>) -> [String; 2] {
+    peer.map_or(["n/a".to_owned(), "n/a".to_owned()], |p| {
+        [format!("{:.1}", p.children), format!("{:.1}", p.server)]
+    })
+}
+
 /// (user + system, reaped children's user + system) in ticks, from a
 /// `stat` file.
 fn times(path: impl AsRef<std::path::Path>) -> Option<(u64, u64)> {

@@ -167,6 +167,8 @@ pub fn rate<S: Store, W: ClientWork<S>>(
 /// this process and on the server.
 #[derive(Debug, Clone, Copy)]
 pub struct Point {
+    /// Operations done.
+    pub ops: f64,
     /// Operations per second.
     pub per_second: f64,
     /// Microseconds of CPU per operation.
@@ -216,6 +218,7 @@ pub fn measure<S: Store, W: ClientWork<S>>(
     let after = cpu::sample(server);
     let ops = done.load(Ordering::Relaxed) as f64;
     Point {
+        ops,
         per_second: ops / elapsed,
         cpu: cpu::PerOp::between(before, after, ops),
     }
