@@ -1,6 +1,7 @@
 //! The schema: a missing one says to migrate, version 1 is upgraded in
 //! place, a newer one is refused, `check_schema` creates nothing, several
-//! processes migrate at once, and the SQL a DBA applies by hand is the one
+//! processes migrate at once (a migration waits for the one ahead of it
+//! past the role's `lock_timeout`), and the SQL a DBA applies by hand is the one
 //! `migrate` applies. A store's own schema (`PostgresStoreBuilder::schema`):
 //! two stores in two schemas of one database never see each other's
 //! records, a store without the setting keeps working and moves into one as
@@ -188,6 +189,79 @@ pub(super) async fn migrating_from_several_processes_at_once_succeeds() {
         migration.await.expect("task").expect("migrate");
     }
     schema.store().await.migrate().await.expect("and again");
+}
+
+/// A deployment's processes start at once under a role whose
+/// `lock_timeout` is short: a migration waits for the one ahead of it,
+/// however long, instead of failing as contended.
+pub(super) async fn a_migration_waits_for_the_one_ahead_of_it_past_the_roles_lock_timeout() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    // The migration ahead, under way in another process: it holds the lock
+    // every migration of the database takes.
+    let ahead = admin(&schema.url).await;
+    ahead
+        .batch_execute("BEGIN; SELECT pg_advisory_xact_lock(hashtext('idempotent_claims')::bigint)")
+        .await
+        .expect("the migration lock");
+    let name = format!("migrating-{}", schema.name);
+    let mut config = schema.config();
+    config
+        .options(format!(
+            "-c search_path={} -c lock_timeout=50ms",
+            schema.name
+        ))
+        .application_name(&name);
+    let store = PostgresStoreBuilder::from_config(config)
+        .connect_lazy()
+        .expect("store");
+    let migration = tokio::spawn(async move { store.migrate().await });
+    // Until this store's migration has waited for the lock four times the
+    // role's `lock_timeout`, seen from the server by a session outside any
+    // transaction (one inside sees `pg_stat_activity` as it first read it).
+    let observer = admin(&schema.url).await;
+    let waited_past = "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) \
+         WHERE l.locktype = 'advisory' AND NOT l.granted AND a.application_name = $1 \
+         AND clock_timestamp() - a.query_start > interval '200 milliseconds'";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the migration was never seen waiting for the lock"
+        );
+        assert!(
+            !migration.is_finished(),
+            "the migration ended while the one ahead held the lock: {:?}",
+            migration.await
+        );
+        let waiting: i64 = observer
+            .query_one(waited_past, &[&name])
+            .await
+            .expect("the server's locks")
+            .get(0);
+        if waiting == 1 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    ahead
+        .batch_execute("COMMIT")
+        .await
+        .expect("the one ahead ends");
+    migration
+        .await
+        .expect("task")
+        .expect("the migration, once the one ahead has ended");
+    assert_eq!(
+        schema
+            .store()
+            .await
+            .schema_version()
+            .await
+            .expect("version"),
+        idempotent_tools::store::SCHEMA_VERSION
+    );
 }
 
 pub(super) fn the_schema_a_dba_applies_by_hand_is_the_one_migrate_applies() {

@@ -29,7 +29,9 @@ impl PostgresStore {
     /// Brings the schema to [`SCHEMA_VERSION`] ([`POSTGRES_SCHEMA`]): it
     /// creates a missing schema and upgrades an older one in place, in one
     /// transaction under an advisory lock, so that several processes
-    /// starting at once do not trip over each other.
+    /// starting at once do not trip over each other: each waits for the
+    /// migration ahead of it whatever the role's `lock_timeout`, which its
+    /// own statements keep.
     ///
     /// # Errors
     ///

@@ -33,11 +33,18 @@ pub(super) const NEWEST_VERSION: Statement = Statement {
 SELECT COALESCE(MAX(version), 1)::integer FROM idempotent_schema",
 };
 
-/// Serialises migrations of one database, until the transaction ends.
+/// Serialises migrations of one database, until the transaction ends. A
+/// migration waits for the one ahead of it however long that takes: the
+/// role's `lock_timeout`, meant for the claims' statements, would fail
+/// every process but the first of a deployment that starts at once. The
+/// migration's own statements keep it.
 pub(super) const MIGRATE_LOCK: Statement = Statement {
     name: "migrate",
     sql: "\
-SELECT pg_advisory_xact_lock(hashtext('idempotent_claims')::bigint)",
+SELECT set_config('idempotent.lock_timeout', current_setting('lock_timeout'), true);
+SET LOCAL lock_timeout = 0;
+SELECT pg_advisory_xact_lock(hashtext('idempotent_claims')::bigint);
+SELECT set_config('lock_timeout', current_setting('idempotent.lock_timeout'), true)",
 };
 
 /// One statement, one round trip. It reads the row for the key; takes it

@@ -9,7 +9,10 @@ END::integer;
 SELECT COALESCE(MAX(version), 1)::integer FROM idempotent_schema;
 
 -- migrate
+SELECT set_config('idempotent.lock_timeout', current_setting('lock_timeout'), true);
+SET LOCAL lock_timeout = 0;
 SELECT pg_advisory_xact_lock(hashtext('idempotent_claims')::bigint);
+SELECT set_config('lock_timeout', current_setting('idempotent.lock_timeout'), true);
 
 -- claim
 WITH existing AS (
