@@ -185,5 +185,5 @@ fn main() {
     }
     let mut trials = suite.trials();
     trials.extend(postgres_cases::trials());
-    harness::main(trials);
+    harness::main_waiting(trials);
 }

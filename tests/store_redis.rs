@@ -169,5 +169,5 @@ fn main() {
     }
     let mut trials = suite.trials();
     trials.extend(redis_cases::trials());
-    harness::main(trials);
+    harness::main_waiting(trials);
 }

@@ -312,5 +312,5 @@ fn main() {
         a_schema_newer_than_the_code_is_refused_with_both_versions,
         opening_without_create_refuses_a_file_without_the_schema,
     ));
-    harness::main(trials);
+    harness::main_waiting(trials);
 }

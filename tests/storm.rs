@@ -542,5 +542,5 @@ fn main() {
         refund_tool_on_redis,
         finds_a_missing_provider_key_on_redis,
     ));
-    harness::main(trials)
+    harness::main_waiting(trials)
 }

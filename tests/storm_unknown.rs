@@ -326,5 +326,5 @@ fn main() {
     trials.extend(trials!("IDEMPOTENT_REDIS_URL";
         a_verifying_tool_refunds_once_on_redis,
     ));
-    harness::main(trials)
+    harness::main_waiting(trials)
 }

@@ -95,9 +95,35 @@ pub fn plain(name: &str, case: fn()) -> Trial {
 }
 
 /// Runs the trials as `cargo test` runs tests: the same arguments, filters
-/// and summary.
+/// and summary, one trial per core at a time unless `--test-threads` or
+/// `RUST_TEST_THREADS` says otherwise.
 pub fn main(trials: Vec<Trial>) -> ! {
-    libtest_mimic::run(&Arguments::from_args(), trials).exit()
+    run(trials, None)
+}
+
+/// How many trials of a suite that spends its time waiting run at once.
+pub const WAITING_THREADS: usize = 8;
+
+/// [`main`] for a suite whose cases spend their time waiting, on leases
+/// running out and on a server's answers, not computing: they run
+/// [`WAITING_THREADS`] at a time, unless `--test-threads` or
+/// `RUST_TEST_THREADS` says otherwise. (On two cores the storm suite takes
+/// 41 s one case per core and 14 s this way, using 3 s of CPU either way.)
+pub fn main_waiting(trials: Vec<Trial>) -> ! {
+    run(trials, Some(WAITING_THREADS))
+}
+
+fn run(trials: Vec<Trial>, threads: Option<usize>) -> ! {
+    let mut args = Arguments::from_args();
+    // libtest-mimic reads `--test-threads` but not the variable libtest
+    // reads too.
+    args.test_threads = args.test_threads.or_else(|| {
+        std::env::var("RUST_TEST_THREADS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .or(threads)
+    });
+    libtest_mimic::run(&args, trials).exit()
 }
 
 /// Trials of async functions that take nothing: `trials!(NEEDS; case, ..)`,
