@@ -48,6 +48,7 @@ pub fn trials() -> Vec<Trial> {
         schema::a_missing_schema_says_to_migrate_and_nothing_runs,
         schema::migrating_from_several_processes_at_once_succeeds,
         schema::a_migration_waits_for_the_one_ahead_of_it_past_the_roles_lock_timeout,
+        schema::an_upgrade_behind_a_long_read_gives_up_at_the_roles_lock_timeout,
         schema::a_version_1_schema_is_upgraded_in_place_and_keeps_its_records,
         schema::a_schema_newer_than_the_code_is_refused_and_left_unchanged,
         schema::a_schema_missing_is_not_created_by_check_schema,

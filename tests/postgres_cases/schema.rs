@@ -1,7 +1,7 @@
 //! The schema: a missing one says to migrate, version 1 is upgraded in
 //! place, a newer one is refused, `check_schema` creates nothing, several
 //! processes migrate at once (a migration waits for the one ahead of it
-//! past the role's `lock_timeout`), and the SQL a DBA applies by hand is the one
+//! past the role's `lock_timeout`, and its own statements keep it), and the SQL a DBA applies by hand is the one
 //! `migrate` applies. A store's own schema (`PostgresStoreBuilder::schema`):
 //! two stores in two schemas of one database never see each other's
 //! records, a store without the setting keeps working and moves into one as
@@ -9,8 +9,9 @@
 
 use std::sync::Arc;
 
+use idempotent_tools::store::postgres::PostgresStoreBuilder;
 use idempotent_tools::store::postgres::deadpool_postgres::{Manager, Pool};
-use idempotent_tools::store::postgres::{PostgresStoreBuilder, tokio_postgres};
+use idempotent_tools::store::postgres::tokio_postgres::{self, Config};
 use idempotent_tools::{
     Error, PostgresStore,
     records::{RecordQuery, RecordState, Records},
@@ -206,13 +207,8 @@ pub(super) async fn a_migration_waits_for_the_one_ahead_of_it_past_the_roles_loc
         .await
         .expect("the migration lock");
     let name = format!("migrating-{}", schema.name);
-    let mut config = schema.config();
-    config
-        .options(format!(
-            "-c search_path={} -c lock_timeout=50ms",
-            schema.name
-        ))
-        .application_name(&name);
+    let mut config = with_short_lock_timeout(&schema);
+    config.application_name(&name);
     let store = PostgresStoreBuilder::from_config(config)
         .connect_lazy()
         .expect("store");
@@ -260,6 +256,58 @@ pub(super) async fn a_migration_waits_for_the_one_ahead_of_it_past_the_roles_loc
             .schema_version()
             .await
             .expect("version"),
+        idempotent_tools::store::SCHEMA_VERSION
+    );
+}
+
+/// The schema's connection settings under a role whose `lock_timeout` is
+/// 50 ms.
+fn with_short_lock_timeout(schema: &Schema) -> Config {
+    let mut config = schema.config();
+    config.options(format!(
+        "-c search_path={} -c lock_timeout=50ms",
+        schema.name
+    ));
+    config
+}
+
+/// A migration's own statements keep the role's `lock_timeout`: an upgrade
+/// whose table a long read holds fails as contended and changes nothing,
+/// instead of queueing every claim behind its `ALTER TABLE`.
+pub(super) async fn an_upgrade_behind_a_long_read_gives_up_at_the_roles_lock_timeout() {
+    let Some(schema) = Schema::new().await else {
+        return;
+    };
+    schema.store().await;
+    downgrade_to_version_1(&schema).await;
+    let reader = admin(&schema.url).await;
+    reader
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE {}.idempotent_claims IN ACCESS SHARE MODE",
+            schema.name
+        ))
+        .await
+        .expect("a long read");
+    let store = PostgresStoreBuilder::from_config(with_short_lock_timeout(&schema))
+        .connect_lazy()
+        .expect("store");
+    let err = tokio::time::timeout(std::time::Duration::from_secs(30), store.migrate())
+        .await
+        .expect("the upgrade gives up at the role's lock_timeout")
+        .expect_err("the table is held by the read");
+    assert!(matches!(err, StoreError::Contended(_)), "{err:?}");
+    assert_eq!(
+        store.schema_version().await.expect("version"),
+        1,
+        "nothing was changed"
+    );
+    reader.batch_execute("COMMIT").await.expect("the read ends");
+    store
+        .migrate()
+        .await
+        .expect("the upgrade, once the read has ended");
+    assert_eq!(
+        store.schema_version().await.expect("version"),
         idempotent_tools::store::SCHEMA_VERSION
     );
 }
