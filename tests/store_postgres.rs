@@ -71,6 +71,14 @@ impl Schema {
         config_in(&self.url, &self.name)
     }
 
+    /// The schema's connection settings with more of the server's session
+    /// settings (`-c lock_timeout=50ms`, say), as a role's would be.
+    fn config_with(&self, options: &str) -> Config {
+        let mut config = self.config();
+        config.options(format!("-c search_path={} {options}", self.name));
+        config
+    }
+
     /// A store of its own (its own pool and listener) in this schema, migrated.
     async fn store(&self) -> PostgresStore {
         self.store_with(|builder| builder).await

@@ -92,12 +92,9 @@ pub(super) async fn an_unreachable_server_prints_each_cause_once() {
 async fn store_with_lock_timeout(schema: &Schema, lock_timeout: &str) -> PostgresStore {
     schema
         .store_with(|_| {
-            let mut config = schema.config();
-            config.options(format!(
-                "-c search_path={} -c lock_timeout={lock_timeout}",
-                schema.name
-            ));
-            PostgresStoreBuilder::from_config(config)
+            PostgresStoreBuilder::from_config(
+                schema.config_with(&format!("-c lock_timeout={lock_timeout}")),
+            )
         })
         .await
 }
@@ -269,11 +266,7 @@ async fn until_waiting(url: &str, condition: &str, pid: i32) {
 async fn store_with_options(schema: &Schema, options: &str) -> Arc<PostgresStore> {
     Arc::new(
         schema
-            .store_with(|_| {
-                let mut config = schema.config();
-                config.options(format!("-c search_path={} {options}", schema.name));
-                PostgresStoreBuilder::from_config(config)
-            })
+            .store_with(|_| PostgresStoreBuilder::from_config(schema.config_with(options)))
             .await,
     )
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use idempotent_tools::store::postgres::PostgresStoreBuilder;
 use idempotent_tools::store::postgres::deadpool_postgres::{Manager, Pool};
-use idempotent_tools::store::postgres::tokio_postgres::{self, Config};
+use idempotent_tools::store::postgres::tokio_postgres;
 use idempotent_tools::{
     Error, PostgresStore,
     records::{RecordQuery, RecordState, Records},
@@ -22,6 +22,9 @@ use idempotent_tools_testing::conformance::kit::{
 };
 
 use crate::{Schema, admin};
+
+/// A role whose sessions give up on a lock after 50 ms.
+const SHORT_LOCK_TIMEOUT: &str = "-c lock_timeout=50ms";
 
 pub(super) async fn a_missing_schema_says_to_migrate_and_nothing_runs() {
     let Some(schema) = Schema::new().await else {
@@ -207,7 +210,7 @@ pub(super) async fn a_migration_waits_for_the_one_ahead_of_it_past_the_roles_loc
         .await
         .expect("the migration lock");
     let name = format!("migrating-{}", schema.name);
-    let mut config = with_short_lock_timeout(&schema);
+    let mut config = schema.config_with(SHORT_LOCK_TIMEOUT);
     config.application_name(&name);
     let store = PostgresStoreBuilder::from_config(config)
         .connect_lazy()
@@ -260,17 +263,6 @@ pub(super) async fn a_migration_waits_for_the_one_ahead_of_it_past_the_roles_loc
     );
 }
 
-/// The schema's connection settings under a role whose `lock_timeout` is
-/// 50 ms.
-fn with_short_lock_timeout(schema: &Schema) -> Config {
-    let mut config = schema.config();
-    config.options(format!(
-        "-c search_path={} -c lock_timeout=50ms",
-        schema.name
-    ));
-    config
-}
-
 /// A migration's own statements keep the role's `lock_timeout`: an upgrade
 /// whose table a long read holds fails as contended and changes nothing,
 /// instead of queueing every claim behind its `ALTER TABLE`.
@@ -288,7 +280,7 @@ pub(super) async fn an_upgrade_behind_a_long_read_gives_up_at_the_roles_lock_tim
         ))
         .await
         .expect("a long read");
-    let store = PostgresStoreBuilder::from_config(with_short_lock_timeout(&schema))
+    let store = PostgresStoreBuilder::from_config(schema.config_with(SHORT_LOCK_TIMEOUT))
         .connect_lazy()
         .expect("store");
     let err = tokio::time::timeout(std::time::Duration::from_secs(30), store.migrate())
