@@ -203,8 +203,8 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
     // of the arguments end there, before the body moves them, and nothing
     // of it is held across an `.await`.
     let store = match &input.options.store {
-        Some(store) if transaction.is_none() => quote!(#private::store(#store)),
-        _ => quote_spanned!(def=> ::core::option::Option::None),
+        Some(store) if transaction.is_none() => Some(quote!(#private::store(#store))),
+        _ => None,
     };
     // Under `transaction`, the body is the action of a call run in a
     // transaction on the store, handed it through the marked argument.
@@ -230,9 +230,19 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
         }
         _ => run,
     };
-    let prepared = quote_spanned!(def=>
-        #private::prepare(#tool, &[#(#pieces),*], &[#(#fingerprint_steps),*], #policy, #store)
-    );
+    let tables = quote_spanned!(def=> #tool, &[#(#pieces),*], &[#(#fingerprint_steps),*]);
+    // A call site with the default policy and store, as most are, checks
+    // two arguments fewer.
+    let prepared = if policy.is_none() && store.is_none() {
+        quote_spanned!(def=> #private::prepare(#tables))
+    } else {
+        let policy = policy.unwrap_or_else(|| {
+            let at_def = krate.at(def);
+            quote_spanned!(def=> &#at_def::call::Policy::DEFAULT)
+        });
+        let store = store.unwrap_or_else(|| quote_spanned!(def=> ::core::option::Option::None));
+        quote_spanned!(def=> #private::prepare_with(#tables, #policy, #store))
+    };
     let verified = verification(input, &call, &ret);
     let rmcp_checks = rmcp_checks(input);
     quote_spanned! {def=>
@@ -246,14 +256,14 @@ fn guarded_body(input: &Input, plan: &KeyPlan, ret: &Type, body: &Group) -> Toke
 
 /// Whether the tool's error implements `Classify`, found while the tool
 /// compiles: `Classified` if it does, `Definite` if not (see the runtime's
-/// `__private::Errors`). The traits are imported in a block of their own,
-/// so the user's code never sees them.
+/// `__private::Errors`). The trait is imported in a block of its own,
+/// so the user's code never sees it.
 fn classification(krate: &Krate, ret: &TokenStream, ret_span: Span) -> TokenStream {
     let private = krate.private_at(ret_span);
     quote_spanned! {ret_span=> {
         #[allow(unused_imports)]
-        use #private::{ClassifiedErrors as _, DefiniteErrors as _};
-        (&&#private::Errors::<#ret>::new()).classification()
+        use #private::DefiniteErrors as _;
+        #private::Errors::<#ret>::new().classification()
     }}
 }
 
@@ -334,8 +344,8 @@ fn rmcp_checks(input: &Input) -> TokenStream {
 /// of a refund and of a cancel must never replay each other.
 ///
 /// A tool nested in functions also carries their names (`module::billing::
-/// apply`), read once per call site from the `type_name` of an item declared
-/// in its body, so that an `apply` in `fn billing()` and one in
+/// apply`), read from the `type_name` of an item declared in its body (a
+/// method's once per call site, in a `static`), so that an `apply` in `fn billing()` and one in
 /// `fn shipping()` are two tools. One nested in none keeps the identity above.
 fn tool_identity(input: &Input, def: Span) -> TokenStream {
     let Input {
@@ -355,12 +365,10 @@ fn tool_identity(input: &Input, def: Span) -> TokenStream {
     let private = krate.private_at(def);
     let identity = if params.receiver.is_none() {
         quote_spanned! {def=>
-            static #site: #private::FnTool = #private::FnTool::new(
+            #private::fn_tool(
                 ::core::concat!(::core::module_path!(), "::", #name),
-                ::core::module_path!(),
-                #name,
-            );
-            #site.get(::core::any::type_name::<#item>())
+                ::core::any::type_name::<#item>(),
+            )
         }
     } else {
         quote_spanned! {def=>
@@ -376,8 +384,9 @@ fn tool_identity(input: &Input, def: Span) -> TokenStream {
 }
 
 /// The call site's policy: a `static` of the call site holding its
-/// options, or the default, so a call holds a reference instead of a copy.
-fn static_policy(options: &Options, krate: &Krate, def: Span) -> TokenStream {
+/// options, so a call holds a reference instead of a copy; `None` for the
+/// default.
+fn static_policy(options: &Options, krate: &Krate, def: Span) -> Option<TokenStream> {
     let at_def = krate.at(def);
     let private = krate.private_at(def);
     let mut fields = TokenStream::new();
@@ -420,16 +429,16 @@ fn static_policy(options: &Options, krate: &Krate, def: Span) -> TokenStream {
         fields.extend(quote_spanned!(def=> conflict_note: #private::note(#note),));
     }
     if fields.is_empty() {
-        return quote_spanned!(def=> &#at_def::call::Policy::DEFAULT);
+        return None;
     }
     let policy = Ident::new("__IDEMPOTENT_POLICY", def);
-    quote_spanned!(def=> {
+    Some(quote_spanned!(def=> {
         static #policy: #at_def::call::Policy = #at_def::call::Policy {
             #fields
             ..#at_def::call::Policy::DEFAULT
         };
         &#policy
-    })
+    }))
 }
 
 /// The tokens with every span set to `span`, so that an obligation that

@@ -139,7 +139,11 @@ pub fn is_free_text(name: &str) -> bool {
 /// `tool-use-id` are `tool_use_id`.
 pub fn call_id(name: &str) -> Option<&'static CallIdName> {
     let squashed = squash(name);
-    CALL_ID_NAMES.iter().find(|id| squash(id.name) == squashed)
+    // The names above are lowercase words joined by `_`: squashed by
+    // leaving the `_`s out, with nothing to allocate.
+    CALL_ID_NAMES
+        .iter()
+        .find(|id| id.name.bytes().filter(|b| *b != b'_').eq(squashed.bytes()))
 }
 
 fn squash(name: &str) -> String {
@@ -153,6 +157,23 @@ fn squash(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn call_id_names_are_lowercase_words_joined_by_underscores() {
+        for id in CALL_ID_NAMES {
+            assert!(
+                id.name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{}",
+                id.name
+            );
+            assert_eq!(call_id(id.name).map(|found| found.name), Some(id.name));
+        }
+        assert_eq!(
+            call_id("ToolCallID").map(|id| id.name),
+            Some("tool_call_id")
+        );
+        assert!(call_id("call").is_none());
+    }
 
     #[test]
     fn a_name_is_read_in_any_case_and_with_any_separator() {

@@ -3,13 +3,13 @@
 //! ([`Classify`]), found while the tool compiles, and the tool's `verify`
 //! function, checked against the tool's arguments and result.
 //!
-//! The classification is autoref-based specialization: the expansion
-//! calls `(&&Errors::<R>::new()).classification()` with the tool's
-//! concrete return type `R`. Method lookup tries the receiver `&&Errors<R>`
-//! first, which [`ClassifiedErrors`] serves only when the error implements
-//! [`Classify`]; otherwise it derefs once and finds [`DefiniteErrors`]. So
-//! a tool whose error does not classify drives its call exactly as before,
-//! with no classification to consult.
+//! The classification is found by method lookup: the expansion calls
+//! `Errors::<R>::new().classification()` with the tool's concrete return
+//! type `R`. Lookup tries the inherent method first, which exists only
+//! when the error implements [`Classify`]; otherwise it finds
+//! [`DefiniteErrors`]. So a tool whose error does not classify drives its
+//! call exactly as before, with no classification to consult. (An inherent
+//! method checks faster than the usual pair of traits on `&&T` and `&T`.)
 
 use std::fmt::Display;
 use std::future::Future;
@@ -41,22 +41,21 @@ pub struct Classified;
 /// The error type does not classify: every failure is definite.
 pub struct Definite;
 
-/// Found first: the tool's error implements [`Classify`].
-pub trait ClassifiedErrors {
-    /// [`Classified`].
-    fn classification(&self) -> Classified {
-        Classified
-    }
-}
-
-impl<R> ClassifiedErrors for &Errors<R>
+/// Found first, as an inherent method: the tool's error implements
+/// [`Classify`].
+impl<R> Errors<R>
 where
     R: GuardedReturn,
     R::Error: Classify,
 {
+    /// [`Classified`].
+    pub fn classification(&self) -> Classified {
+        Classified
+    }
 }
 
-/// Found otherwise.
+/// Found otherwise: an inherent method whose bounds do not hold is passed
+/// over for the trait's.
 pub trait DefiniteErrors {
     /// [`Definite`].
     fn classification(&self) -> Definite {

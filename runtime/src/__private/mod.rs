@@ -32,12 +32,11 @@ mod site;
 pub mod transaction;
 
 pub use classify::{
-    Arguments, Classified, ClassifiedErrors, Definite, DefiniteErrors, Errors, Unknowns,
-    Verification, verified,
+    Arguments, Classified, Definite, DefiniteErrors, Errors, Unknowns, Verification, verified,
 };
 pub use method_tool::{MethodTool, type_identity};
-pub use prepare::{Arg, FingerprintArg, Piece, note, prepare, store};
-pub use site::FnTool;
+pub use prepare::{Arg, FingerprintArg, Piece, note, prepare, prepare_with, store};
+pub use site::fn_tool;
 
 /// The return type of a guarded tool: `Result<O, E>`, where `O` is a
 /// [`ToolOutput`] whose value can be recorded and `E` carries the guard's

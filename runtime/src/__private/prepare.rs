@@ -62,6 +62,16 @@ pub struct Arg<'a> {
     pub(super) vouched: bool,
 }
 
+/// [`prepare_with`] for a call site that names no option of the policy and
+/// no store, as most do: two arguments fewer for each tool to check.
+///
+/// # Errors
+///
+/// As [`prepare_with`]'s.
+pub fn prepare(tool: &'static str, key: &[Piece<'_>], args: &[Arg<'_>]) -> Result<Call, Error> {
+    prepare_with(tool, key, args, &Policy::DEFAULT, None)
+}
+
 /// Prepares the call of a guarded tool: its key rendered from `key` into a
 /// reused buffer, allocated only if a store must keep it (a replay from
 /// memory allocates none), its fingerprint from `args`, the call site's
@@ -72,7 +82,7 @@ pub struct Arg<'a> {
 ///
 /// The key's: an empty part, or no run in scope for `<run>`; or an argument
 /// that does not serialize.
-pub fn prepare(
+pub fn prepare_with(
     tool: &'static str,
     key: &[Piece<'_>],
     args: &[Arg<'_>],

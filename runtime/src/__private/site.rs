@@ -14,6 +14,8 @@
 
 use std::sync::OnceLock;
 
+use dashmap::DashMap;
+
 /// The top-level segments of a path as `type_name` writes it:
 /// `a::G<b::C>::f` is `a`, `G<b::C>`, `f`. `None` if its brackets do not
 /// balance.
@@ -107,43 +109,47 @@ fn of_trait_impl(qualified: &str, module: &[&str]) -> Option<String> {
     (!parents.is_empty()).then(|| parents.join("::"))
 }
 
-/// The default identity of a guarded function without `self`:
-/// `module::name`, or `module::billing::name` for one nested in
-/// `fn billing()`.
+/// The default identity of a guarded function without `self`, given
+/// `plain`, its `module::name`, and `site`, the `type_name` of an item
+/// declared in its body: `plain`, or `module::billing::name` for one nested
+/// in `fn billing()`.
 ///
-/// One static per call site reads the site's path once; a call pays one
-/// atomic load.
-pub struct FnTool {
-    plain: &'static str,
-    module: &'static str,
-    name: &'static str,
-    identity: OnceLock<&'static str>,
+/// A function nested in none, as nearly all are, is told by comparing the
+/// two names, so the attribute declares no `static` per call site to keep
+/// it in (a `static` costs each tool's `cargo check` about as much as its
+/// key). Any other site is read once, and its identity kept in a table
+/// shared by every site.
+pub fn fn_tool(plain: &'static str, site: &'static str) -> &'static str {
+    if nested_in_no_function(plain, site) {
+        return plain;
+    }
+    static OTHERS: OnceLock<DashMap<&'static str, &'static str>> = OnceLock::new();
+    let others = OTHERS.get_or_init(DashMap::new);
+    if let Some(identity) = others.get(site) {
+        return *identity;
+    }
+    *others.entry(site).or_insert_with(|| {
+        let (module, name) = plain.rsplit_once("::").unwrap_or(("", plain));
+        match enclosing(site, module, name, false) {
+            // Made once per site, and kept for the life of the process.
+            Some(parents) => Box::leak(format!("{module}::{parents}::{name}").into()),
+            None => plain,
+        }
+    })
 }
 
-impl FnTool {
-    /// The call site of `name` in `module`, whose identity is `plain`
-    /// (`module::name`) unless it is nested in functions.
-    pub const fn new(plain: &'static str, module: &'static str, name: &'static str) -> FnTool {
-        FnTool {
-            plain,
-            module,
-            name,
-            identity: OnceLock::new(),
-        }
+/// Whether `site` is `plain`, then only `{{closure}}`s, then the item: the
+/// path of an item in a function nested in no other, for which
+/// [`enclosing`] finds no parents.
+fn nested_in_no_function(plain: &str, site: &str) -> bool {
+    let Some(mut rest) = site.strip_prefix(plain) else {
+        return false;
+    };
+    while let Some(after) = rest.strip_prefix("::{{closure}}") {
+        rest = after;
     }
-
-    /// The identity, given `site`: the `type_name` of an item declared in
-    /// the tool's body.
-    pub fn get(&self, site: &'static str) -> &'static str {
-        self.identity
-            .get_or_init(|| match enclosing(site, self.module, self.name, false) {
-                // Made once per site, and kept for the life of the process.
-                Some(parents) => {
-                    Box::leak(format!("{}::{parents}::{}", self.module, self.name).into())
-                }
-                None => self.plain,
-            })
-    }
+    rest.strip_prefix("::")
+        .is_some_and(|item| !item.is_empty() && !item.contains([':', '<', '>']))
 }
 
 #[cfg(test)]
@@ -156,6 +162,56 @@ mod tests {
 
     fn method(site: &str) -> Option<String> {
         enclosing(site, "shop::tools", "apply", true)
+    }
+
+    #[test]
+    fn a_function_is_its_plain_path_unless_its_site_names_a_function_around_it() {
+        let plain = "shop::tools::apply";
+        for site in [
+            "shop::tools::apply::{{closure}}::Site",
+            "shop::tools::apply::{{closure}}::{{closure}}::Site",
+            "shop::tools::apply::Site",
+            // An associated function: read, and found nested in none.
+            "shop::tools::Refund::apply::{{closure}}::Site",
+            "shop::tools::<impl shop::Refund>::apply::Site",
+        ] {
+            assert_eq!(fn_tool(plain, site), plain, "{site}");
+        }
+        for _ in 0..2 {
+            assert_eq!(
+                fn_tool(plain, "shop::tools::billing::apply::{{closure}}::Site"),
+                "shop::tools::billing::apply"
+            );
+        }
+        assert_eq!(
+            fn_tool(plain, "shop::tools::billing::{{closure}}::apply::Site"),
+            "shop::tools::billing::{{closure}}::apply"
+        );
+    }
+
+    #[test]
+    fn the_comparison_finds_no_function_around_only_where_the_path_finds_none() {
+        let plain = "shop::tools::apply";
+        for site in [
+            "shop::tools::apply::{{closure}}::Site",
+            "shop::tools::apply::Site",
+            "shop::tools::apply::",
+            "shop::tools::apply::{{closure}}",
+            "shop::tools::apply::S<T>",
+            "shop::tools::apply::a::Site",
+            "shop::tools::applyx::Site",
+            "shop::tools::billing::apply::Site",
+        ] {
+            if nested_in_no_function(plain, site) {
+                assert_eq!(free(site), None, "{site}");
+            }
+        }
+        assert!(nested_in_no_function(plain, "shop::tools::apply::Site"));
+        assert!(!nested_in_no_function(
+            plain,
+            "shop::tools::apply::{{closure}}"
+        ));
+        assert!(!nested_in_no_function(plain, "shop::tools::applyx::Site"));
     }
 
     #[test]
@@ -228,17 +284,6 @@ mod tests {
             free("shop::tools::G<fn() -> u8>::apply::Site"),
             None,
             "an arrow is no closing bracket"
-        );
-    }
-
-    #[test]
-    fn a_function_site_is_module_and_name_unless_nested() {
-        static PLAIN: FnTool = FnTool::new("shop::tools::apply", "shop::tools", "apply");
-        assert_eq!(PLAIN.get("shop::tools::apply::Site"), "shop::tools::apply");
-        static NESTED: FnTool = FnTool::new("shop::tools::apply", "shop::tools", "apply");
-        assert_eq!(
-            NESTED.get("shop::tools::billing::apply::Site"),
-            "shop::tools::billing::apply"
         );
     }
 }
