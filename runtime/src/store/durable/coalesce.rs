@@ -1,11 +1,15 @@
 //! Coalesced round trips: asks of one kind (claims, say) that arrive while
 //! earlier ones are on the wire go together in the next round trip.
 //!
-//! A caller [`ask`](Coalescer::ask)s and awaits its own answer. While fewer
-//! than [`Limits::in_flight`] batches of the kind are on their way, an ask
-//! goes at once, alone: nothing waits for company. Asks that arrive while
-//! every slot is taken queue up, and the first batch to come back takes
-//! them, up to [`Limits::batch`] at a time, as its next one. Two asks under
+//! A caller [`ask`](Coalescer::ask)s and awaits its own answer. An ask that
+//! finds no batch of its kind on the wire goes at once, alone: nothing
+//! waits for company. So does one that finds fewer than
+//! [`Limits::in_flight`] batches there carrying fewer than that many asks
+//! between them: a light load goes side by side. Other asks queue up, and
+//! the first batch to come back takes them, up to [`Limits::batch`] at a
+//! time, as its next one, if another could go then; else it leaves them to
+//! the batches still on the wire. Under load, asks thus wait for the batch
+//! ahead and go in fewer, larger batches. Two asks under
 //! the same key never share a batch (a statement could not tell their rows
 //! apart): the second waits for the next.
 //!
@@ -40,8 +44,8 @@ pub(crate) trait Ask: Send + 'static {
 pub(crate) struct Limits {
     /// The most asks in one batch.
     pub batch: usize,
-    /// The most batches of one kind on the wire at once; an ask arriving
-    /// while fewer are goes at once.
+    /// The most batches of one kind on the wire at once; beyond the first,
+    /// another goes only while those carry fewer asks than this.
     pub in_flight: usize,
 }
 
@@ -74,6 +78,19 @@ pub(crate) struct Coalescer<R, A> {
 struct Queue<R, A> {
     waiting: VecDeque<Member<R, A>>,
     in_flight: usize,
+    /// The asks in the batches on the wire.
+    on_wire: usize,
+}
+
+impl<R, A> Queue<R, A> {
+    /// Whether another batch may go: none is on the wire, or fewer than
+    /// `limit` batches are and they carry fewer than `limit` asks between
+    /// them. Under a light load asks go at once, side by side; under a
+    /// heavy one they wait for the batch ahead and go together, in fewer
+    /// and larger batches.
+    fn may_send(&self, limit: usize) -> bool {
+        self.in_flight == 0 || (self.in_flight < limit && self.on_wire < limit)
+    }
 }
 
 impl<R: Ask, A: Send + 'static> Coalescer<R, A> {
@@ -83,6 +100,7 @@ impl<R: Ask, A: Send + 'static> Coalescer<R, A> {
             queue: Mutex::new(Queue {
                 waiting: VecDeque::new(),
                 in_flight: 0,
+                on_wire: 0,
             }),
             limits: Limits {
                 batch: limits.batch.max(1),
@@ -108,7 +126,7 @@ impl<R: Ask, A: Send + 'static> Coalescer<R, A> {
         let first = {
             let mut queue = self.lock();
             queue.waiting.push_back(Member { ask, reply });
-            if queue.in_flight < self.limits.in_flight {
+            if queue.may_send(self.limits.in_flight) {
                 queue.in_flight += 1;
                 Some(queue.take(self.limits.batch))
             } else {
@@ -122,6 +140,7 @@ impl<R: Ask, A: Send + 'static> Coalescer<R, A> {
             let slot = Slot {
                 coalescer: Arc::clone(self),
                 held: true,
+                on_wire: batch.len(),
             };
             let driven = drive(slot, batch, run);
             match tokio::runtime::Handle::try_current() {
@@ -163,6 +182,7 @@ impl<R: Ask, A> Queue<R, A> {
             }
         }
         self.waiting = left;
+        self.on_wire += batch.len();
         batch
     }
 }
@@ -182,12 +202,22 @@ where
         }
         let coalescer = Arc::clone(&slot.coalescer);
         let mut queue = coalescer.lock();
-        batch = queue.take(coalescer.limits.batch);
+        queue.on_wire -= slot.on_wire;
+        slot.on_wire = 0;
+        // The next batch goes from here if another could go now; else
+        // the batches still on the wire take the asks waiting.
+        queue.in_flight -= 1;
+        batch = if queue.may_send(coalescer.limits.in_flight) {
+            queue.take(coalescer.limits.batch)
+        } else {
+            Vec::new()
+        };
         if batch.is_empty() {
-            queue.in_flight -= 1;
             slot.held = false;
             return;
         }
+        queue.in_flight += 1;
+        slot.on_wire = batch.len();
     }
 }
 
@@ -198,6 +228,8 @@ where
 struct Slot<R, A> {
     coalescer: Arc<Coalescer<R, A>>,
     held: bool,
+    /// The asks of its batch on the wire.
+    on_wire: usize,
 }
 
 impl<R, A> Drop for Slot<R, A> {
@@ -211,6 +243,7 @@ impl<R, A> Drop for Slot<R, A> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         queue.in_flight -= 1;
+        queue.on_wire -= self.on_wire;
         if queue.in_flight == 0 {
             // Their senders dropped, the callers are told.
             queue.waiting.clear();

@@ -245,12 +245,13 @@ impl PostgresStoreBuilder {
     ///
     /// On, a claim (or completion) that finds no other batch of claims (or
     /// completions) on the wire goes at once, alone, with the single-key
-    /// statement: no added delay. While the most batches are on the wire
-    /// (see [`coalesce_in_flight`](PostgresStoreBuilder::coalesce_in_flight)),
-    /// those that arrive wait, and go together in one statement over arrays
-    /// as soon as a batch comes back: one round trip and one commit for up
-    /// to [`coalesce_batch`](PostgresStoreBuilder::coalesce_batch) of them
-    /// instead of one each. A replay is a claim that finds the record, so
+    /// statement: no added delay. Under a light load it also goes at once
+    /// beside a few others (see
+    /// [`coalesce_in_flight`](PostgresStoreBuilder::coalesce_in_flight)).
+    /// Otherwise it waits, and those waiting go together in one statement
+    /// over arrays as soon as a batch comes back: one round trip and one
+    /// commit for up to [`coalesce_batch`](PostgresStoreBuilder::coalesce_batch)
+    /// of them instead of one each. A replay is a claim that finds the record, so
     /// replays' reads are coalesced with the claims.
     ///
     /// Each caller gets its own answer (its claim and fence, the record it
@@ -283,15 +284,15 @@ impl PostgresStoreBuilder {
     }
 
     /// How many batches of claims (and, apart, of completions) may be on the
-    /// wire at once before the next ones wait to go together (default: a
-    /// quarter of the pool's size, 4 of the own pool's 16, at least 1);
-    /// turns coalescing on. Fewer make larger batches and fewer commits
-    /// under load, at the cost of a wait for the batch ahead; more let
-    /// steps go alone under a lighter load. Measured (BENCHMARKS.md
-    /// section 4): with 64 callers, 1 ran fresh calls at 0.91× pgbench's
-    /// insert rate against the default's 0.73×, but with 4 callers at 0.23×
-    /// against 0.37×; choose 1 for a store that always sees many callers at
-    /// once.
+    /// wire at once (default: a quarter of the pool's size, 4 of the own
+    /// pool's 16, at least 1); turns coalescing on. Beyond the first, a
+    /// batch goes only while those on the wire carry fewer steps than this
+    /// between them: a light load goes at once, side by side, and a heavy
+    /// one waits for the batch ahead, in fewer and larger batches, with
+    /// fewer commits. Measured (BENCHMARKS.md section 4): the server's and
+    /// the bench's CPU per fresh call at 16 and 64 callers fell to 0.68× and
+    /// 0.76× of what a fixed four batches on the wire cost, with four
+    /// callers unchanged. 1 sends one batch at a time, whatever the load.
     pub fn coalesce_in_flight(mut self, batches: usize) -> PostgresStoreBuilder {
         let batch = self.coalesce.map_or(DEFAULT_COALESCE_BATCH, |c| c.batch);
         self.coalesce = Some(Coalesce {

@@ -127,13 +127,13 @@ impl RedisStoreBuilder {
     /// follows each pipeline. Without `WAIT` it costs a task and a channel
     /// per step: BENCHMARKS.md section 8 measures it slower.
     ///
-    /// On, a claim or completion that finds fewer than
-    /// [`coalesce_in_flight`](Self::coalesce_in_flight) pipelines on the
-    /// wire goes at once, alone: no added delay. Those that arrive while
-    /// that many are on the wire wait, and go together as one pipeline of
-    /// their scripts (with one `WAIT` after them, if asked for) as soon as
-    /// one comes back, up to [`coalesce_batch`](Self::coalesce_batch) of
-    /// them. Each caller gets its own reply (its claim and fence, the
+    /// On, a claim or completion that finds no pipeline on the wire goes at
+    /// once, alone: no added delay. So does one that finds fewer than
+    /// [`coalesce_in_flight`](Self::coalesce_in_flight) pipelines there,
+    /// carrying fewer steps than that between them. Others wait, and go
+    /// together as one pipeline of their scripts (with one `WAIT` after
+    /// them, if asked for) as soon as one comes back, up to
+    /// [`coalesce_batch`](Self::coalesce_batch) of them. Each caller gets its own reply (its claim and fence, the
     /// record it replays, a conflict, a claim in flight, a lost lease), and
     /// a script that fails for one caller fails that caller only. Two steps
     /// on one key never share a pipeline. A caller dropped while it waits
@@ -161,9 +161,10 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// How many coalesced pipelines may be on the wire at once before the
-    /// next steps wait to go together (default
-    /// [`DEFAULT_COALESCE_IN_FLIGHT`]); turns coalescing on.
+    /// How many coalesced pipelines may be on the wire at once (default
+    /// [`DEFAULT_COALESCE_IN_FLIGHT`]); beyond the first, one goes only
+    /// while those on the wire carry fewer steps than this. Turns
+    /// coalescing on.
     pub fn coalesce_in_flight(mut self, pipelines: usize) -> RedisStoreBuilder {
         let batch = self.coalesce.map_or(DEFAULT_COALESCE_BATCH, |c| c.batch);
         self.coalesce = Some(Limits {

@@ -243,3 +243,63 @@ fn a_batch_task_dropped_before_it_first_runs_gives_its_slot_back() {
     assert_eq!(answer.expect("an answer"), 20);
     assert_eq!(recorder.batches(), [vec![20]], "the first batch never ran");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_load_an_ask_waits_for_the_batch_ahead_though_a_slot_is_free() {
+    let coalescer = Arc::new(Coalescer::new(Limits {
+        batch: 8,
+        in_flight: 2,
+    }));
+    let recorder = Arc::new(Recorder::new());
+    let ask = |key: u32| {
+        let (c, run) = (Arc::clone(&coalescer), recorder.run());
+        tokio::spawn(async move { c.ask(Echo(key, key * 10), run).await })
+    };
+    // A light load: two asks go at once, side by side.
+    let first = ask(1);
+    recorder.started.notified().await;
+    let second = ask(2);
+    recorder.started.notified().await;
+    // Both slots taken: three wait.
+    let mut three = Vec::new();
+    for (queued, key) in [3, 4, 5].into_iter().enumerate() {
+        three.push(ask(key));
+        while coalescer.lock().waiting.len() <= queued {
+            tokio::task::yield_now().await;
+        }
+    }
+    // The first comes back, and its slot takes the three as one batch.
+    recorder.let_go.add_permits(1);
+    assert_eq!(first.await.expect("task").expect("answer"), 10);
+    recorder.started.notified().await;
+    // The second comes back; three asks are on the wire, so its slot is
+    // given back rather than kept for what comes next.
+    recorder.let_go.add_permits(1);
+    assert_eq!(second.await.expect("task").expect("answer"), 20);
+    while coalescer.lock().in_flight != 1 {
+        tokio::task::yield_now().await;
+    }
+    // A slot is free, but the batch on the wire carries three asks: the
+    // next one waits for it, to go with whatever comes meanwhile.
+    let last = ask(6);
+    while coalescer.lock().waiting.is_empty() && recorder.batches().len() < 4 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        coalescer.lock().waiting.len(),
+        1,
+        "with a slot free, an ask under load still waits for the batch ahead"
+    );
+    recorder.let_go.add_permits(2);
+    let mut answers = Vec::new();
+    for task in three.into_iter().chain([last]) {
+        answers.push(task.await.expect("task").expect("answer"));
+    }
+    assert_eq!(answers, [30, 40, 50, 60]);
+    assert_eq!(
+        recorder.batches(),
+        [vec![10], vec![20], vec![30, 40, 50], vec![60]]
+    );
+    let queue = coalescer.lock();
+    assert_eq!((queue.in_flight, queue.on_wire), (0, 0), "all given back");
+}
