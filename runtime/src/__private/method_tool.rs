@@ -1,7 +1,8 @@
 //! A guarded method's default identity, read from `Self` at run time.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::OnceLock;
+
+use dashmap::DashMap;
 
 use super::site::enclosing;
 
@@ -41,13 +42,13 @@ impl MethodTool {
         if first_type == self_type {
             return first;
         }
-        type Table = Mutex<HashMap<(&'static str, &'static str), &'static str>>;
-        static OTHERS: OnceLock<Table> = OnceLock::new();
-        let mut others = OTHERS
-            .get_or_init(Table::default)
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        others
+        static OTHERS: OnceLock<DashMap<(&'static str, &'static str), &'static str>> =
+            OnceLock::new();
+        let others = OTHERS.get_or_init(DashMap::new);
+        if let Some(identity) = others.get(&(site, self_type)) {
+            return *identity;
+        }
+        *others
             .entry((site, self_type))
             .or_insert_with(|| self.identity(self_type, site))
     }
