@@ -410,7 +410,12 @@ async fn check_then_act(
 }
 
 async fn finds_a_tool_written_check_then_act() {
-    let provider = Provider::with_delay(Duration::from_millis(2));
+    // The storm replays its schedule, but this tool's race is its own, in
+    // real time: two callers of one order overlap only if the second checks
+    // before the first's refund returns. The provider's latency is that
+    // window, kept wide enough that a loaded machine's scheduling never
+    // closes it, so that the seed replays the double refund.
+    let provider = Provider::with_delay(Duration::from_millis(50));
     let refunded = Arc::new(Mutex::new(HashSet::new()));
     let storm = move || {
         let (tool, refunded) = (provider.clone(), Arc::clone(&refunded));
