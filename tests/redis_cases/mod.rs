@@ -212,24 +212,35 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warnings {
     }
 }
 
-async fn connect_hearing_warnings(place: &Prefixed) -> (RedisStore, Vec<String>) {
+async fn connect_hearing_warnings(url: &str) -> (RedisStore, Vec<String>) {
     let warnings = Warnings::default();
     let subscriber = tracing_subscriber::registry().with(warnings.clone());
-    let store = place.store().with_subscriber(subscriber).await;
+    let store = RedisStore::connect(url)
+        .with_subscriber(subscriber)
+        .await
+        .expect("a store");
     let heard = warnings.0.lock().expect("warnings").clone();
     (store, heard)
 }
 
+/// A `redis-server` of the case's own, for a case that changes what is the
+/// whole server's (its script cache, its eviction policy): on the shared
+/// server, the cases running beside it would see the change. `None` where
+/// none can start (outside CI, without `redis-server`).
+pub fn server_of_its_own() -> Option<restart::Server> {
+    if restart::Server::can_start() {
+        restart::Server::start()
+    } else {
+        None
+    }
+}
+
 async fn an_evicting_policy_is_warned_about_on_connect_and_noeviction_is_not() {
-    let Some(place) = Prefixed::new() else { return };
-    let mut admin = admin(&place.url).await;
-    let was: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("maxmemory-policy")
-        .query_async(&mut admin)
-        .await
-        .expect("config get");
-    let was = was.get(1).cloned().unwrap_or_else(|| "noeviction".into());
+    let Some(server) = server_of_its_own() else {
+        return;
+    };
+    let url = server.url();
+    let admin = admin(&url).await;
     let set = |policy: &'static str| {
         let mut admin = admin.clone();
         async move {
@@ -245,16 +256,9 @@ async fn an_evicting_policy_is_warned_about_on_connect_and_noeviction_is_not() {
     // With `maxmemory` unset nothing is evicted whatever the policy: the
     // policy is only read.
     set("allkeys-lru").await;
-    let (store, heard) = connect_hearing_warnings(&place).await;
+    let (store, heard) = connect_hearing_warnings(&url).await;
     set("noeviction").await;
-    let (quiet, unheard) = connect_hearing_warnings(&place).await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory-policy")
-        .arg(&was)
-        .query_async(&mut admin)
-        .await
-        .expect("restore");
+    let (quiet, unheard) = connect_hearing_warnings(&url).await;
 
     assert_eq!(store.eviction_policy(), Some("allkeys-lru"));
     assert!(

@@ -12,6 +12,7 @@ use idempotent_tools::store::redis::redis;
 use idempotent_tools::store::{ClaimAnswer, Store, StoreError};
 
 use super::hex;
+use super::server_of_its_own;
 use crate::{Prefixed, admin};
 use idempotent_tools_testing::conformance::kit::{
     self, assert_each_cause_once, claimed, done, error_chain, fresh_run, in_flight, refund_key,
@@ -130,49 +131,43 @@ pub async fn a_lost_wake_up_delays_a_waiter_by_at_most_the_recheck() {
     ));
 }
 
+async fn flush_scripts(url: &str) {
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut admin(url).await)
+        .await
+        .expect("script flush");
+}
+
 pub async fn a_script_the_server_forgot_is_loaded_again_and_the_step_goes_through() {
-    let Some(place) = Prefixed::new() else { return };
-    let store = place.store().await;
-    // Other cases share the server: one of them may load the script again
-    // between the flush and this claim. Every step must go through either
-    // way; the reload is looked for over several tries.
-    let mut reloaded = false;
-    for attempt in 0..20 {
-        let key = refund_key(&fresh_run(), "1182");
-        let _: () = redis::cmd("SCRIPT")
-            .arg("FLUSH")
-            .query_async(&mut admin(&place.url).await)
-            .await
-            .expect("script flush");
-        let (loads, trips) = (store.script_loads(), store.round_trips());
-        let claim = claimed(&store, request(&key, Duration::from_secs(30))).await;
-        if store.script_loads() > loads {
-            assert!(
-                store.round_trips() - trips >= 2,
-                "NOSCRIPT, then the call again"
-            );
-            reloaded = true;
-        }
-        store.complete(&claim, done("1")).await.expect("complete");
-        assert!(matches!(
-            store.claim(request(&key, Duration::from_secs(30))).await,
-            Ok(ClaimAnswer::Completed(_))
-        ));
-        if reloaded {
-            println!(
-                "measured: the script was loaded again on try {}",
-                attempt + 1
-            );
-            break;
-        }
-    }
-    assert!(reloaded, "the claim script was loaded again after a flush");
+    let Some(server) = server_of_its_own() else {
+        return;
+    };
+    let url = server.url();
+    let store = RedisStore::connect(url.as_str()).await.expect("a store");
+    let key = refund_key(&fresh_run(), "1182");
+    flush_scripts(&url).await;
+    let (loads, trips) = (store.script_loads(), store.round_trips());
+    let claim = claimed(&store, request(&key, Duration::from_secs(30))).await;
+    assert_eq!(store.script_loads() - loads, 1, "the claim script, again");
+    assert_eq!(
+        store.round_trips() - trips,
+        2,
+        "NOSCRIPT, then the call again"
+    );
+    store.complete(&claim, done("1")).await.expect("complete");
+    assert!(matches!(
+        store.claim(request(&key, Duration::from_secs(30))).await,
+        Ok(ClaimAnswer::Completed(_))
+    ));
 }
 
 pub async fn waiting_for_zero_replicas_rides_in_the_same_round_trip() {
-    let Some(place) = Prefixed::new() else { return };
-    let store = RedisStore::builder(place.url.as_str())
-        .prefix(place.prefix.as_str())
+    let Some(server) = server_of_its_own() else {
+        return;
+    };
+    let url = server.url();
+    let store = RedisStore::builder(url.as_str())
         .wait_for_replicas(0, Duration::from_millis(100))
         .connect()
         .await
@@ -187,14 +182,21 @@ pub async fn waiting_for_zero_replicas_rides_in_the_same_round_trip() {
         "WAIT rides with each script"
     );
     // A script the server forgot is loaded again behind a pipelined WAIT too.
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut admin(&place.url).await)
-        .await
-        .expect("script flush");
+    flush_scripts(&url).await;
+    let (loads, before) = (store.script_loads(), store.round_trips());
     let other = refund_key(&fresh_run(), "1183");
     let claim = claimed(&store, request(&other, Duration::from_secs(30))).await;
     store.complete(&claim, done("2")).await.expect("complete");
+    assert_eq!(
+        store.script_loads() - loads,
+        2,
+        "the claim's script and the completion's, loaded again"
+    );
+    assert_eq!(
+        store.round_trips() - before,
+        4,
+        "each step's NOSCRIPT, then the step again with its WAIT"
+    );
 }
 
 async fn replicas(place: &Prefixed) -> u32 {
