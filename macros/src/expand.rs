@@ -345,8 +345,9 @@ fn rmcp_checks(input: &Input) -> TokenStream {
 ///
 /// A tool nested in functions also carries their names (`module::billing::
 /// apply`), read from the `type_name` of an item declared in its body (a
-/// method's once per call site, in a `static`), so that an `apply` in `fn billing()` and one in
-/// `fn shipping()` are two tools. One nested in none keeps the identity above.
+/// method's once per call site, in a `static`), so that an `apply` in
+/// `fn billing()` and one in `fn shipping()` are two tools. One nested in
+/// none keeps the identity above.
 fn tool_identity(input: &Input, def: Span) -> TokenStream {
     let Input {
         options,

@@ -33,11 +33,8 @@ pub fn trials() -> Vec<Trial> {
         keys_carry_the_prefix_and_a_hash_tag_of_the_keys_digest,
         retention_is_the_records_time_to_live_and_a_purge_has_nothing_to_remove,
         a_held_claim_outlives_a_zero_retention_until_it_finishes,
-        an_evicting_policy_is_warned_about_on_connect_and_noeviction_is_not,
         a_waiter_is_woken_by_one_publish_and_a_completion_nobody_waits_for_publishes_none,
         a_lost_wake_up_delays_a_waiter_by_at_most_the_recheck,
-        a_script_the_server_forgot_is_loaded_again_and_the_step_goes_through,
-        waiting_for_zero_replicas_rides_in_the_same_round_trip,
         a_claim_short_of_its_replicas_is_released_and_reported_unavailable,
         racing_claims_from_many_connections_take_one_round_trip_each,
         measured_latency_of_a_guarded_call_on_the_local_server,
@@ -55,9 +52,30 @@ pub fn trials() -> Vec<Trial> {
     trials.extend(crate::trials!(always;
         an_unreachable_server_is_unavailable_and_prints_each_cause_once,
     ));
-    // On a `redis-server` of the test's own.
+    // On a `redis-server` of the test's own: the restart cases, and those
+    // that change what is the whole server's (its script cache, its
+    // eviction policy), which the cases beside them on the shared server
+    // would see.
     let server = ("redis-server", restart::Server::can_start());
     trials.extend([
+        crate::harness::trial_needing(
+            "an_evicting_policy_is_warned_about_on_connect_and_noeviction_is_not",
+            URL,
+            server,
+            an_evicting_policy_is_warned_about_on_connect_and_noeviction_is_not,
+        ),
+        crate::harness::trial_needing(
+            "a_script_the_server_forgot_is_loaded_again_and_the_step_goes_through",
+            URL,
+            server,
+            a_script_the_server_forgot_is_loaded_again_and_the_step_goes_through,
+        ),
+        crate::harness::trial_needing(
+            "waiting_for_zero_replicas_rides_in_the_same_round_trip",
+            URL,
+            server,
+            waiting_for_zero_replicas_rides_in_the_same_round_trip,
+        ),
         crate::harness::trial_needing(
             "a_call_dropped_while_its_steps_retry_leaves_no_claim_stuck_and_no_result_lost",
             URL,
@@ -223,20 +241,8 @@ async fn connect_hearing_warnings(url: &str) -> (RedisStore, Vec<String>) {
     (store, heard)
 }
 
-/// A `redis-server` of the case's own, for a case that changes what is the
-/// whole server's (its script cache, its eviction policy): on the shared
-/// server, the cases running beside it would see the change. `None` where
-/// none can start (outside CI, without `redis-server`).
-pub fn server_of_its_own() -> Option<restart::Server> {
-    if restart::Server::can_start() {
-        restart::Server::start()
-    } else {
-        None
-    }
-}
-
 async fn an_evicting_policy_is_warned_about_on_connect_and_noeviction_is_not() {
-    let Some(server) = server_of_its_own() else {
+    let Some(server) = restart::Server::start() else {
         return;
     };
     let url = server.url();

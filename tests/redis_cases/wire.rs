@@ -12,7 +12,7 @@ use idempotent_tools::store::redis::redis;
 use idempotent_tools::store::{ClaimAnswer, Store, StoreError};
 
 use super::hex;
-use super::server_of_its_own;
+use super::restart::Server;
 use crate::{Prefixed, admin};
 use idempotent_tools_testing::conformance::kit::{
     self, assert_each_cause_once, claimed, done, error_chain, fresh_run, in_flight, refund_key,
@@ -140,7 +140,7 @@ async fn flush_scripts(url: &str) {
 }
 
 pub async fn a_script_the_server_forgot_is_loaded_again_and_the_step_goes_through() {
-    let Some(server) = server_of_its_own() else {
+    let Some(server) = Server::start() else {
         return;
     };
     let url = server.url();
@@ -163,7 +163,7 @@ pub async fn a_script_the_server_forgot_is_loaded_again_and_the_step_goes_throug
 }
 
 pub async fn waiting_for_zero_replicas_rides_in_the_same_round_trip() {
-    let Some(server) = server_of_its_own() else {
+    let Some(server) = Server::start() else {
         return;
     };
     let url = server.url();

@@ -4,7 +4,7 @@ use std::sync::OnceLock;
 
 use dashmap::DashMap;
 
-use super::site::enclosing;
+use super::site::{enclosing, kept};
 
 /// The default identity of a guarded method: `module::Type::method`, or
 /// `module::billing::Type::method` for an impl nested in `fn billing()`.
@@ -44,13 +44,9 @@ impl MethodTool {
         }
         static OTHERS: OnceLock<DashMap<(&'static str, &'static str), &'static str>> =
             OnceLock::new();
-        let others = OTHERS.get_or_init(DashMap::new);
-        if let Some(identity) = others.get(&(site, self_type)) {
-            return *identity;
-        }
-        *others
-            .entry((site, self_type))
-            .or_insert_with(|| self.identity(self_type, site))
+        kept(&OTHERS, (site, self_type), || {
+            self.identity(self_type, site)
+        })
     }
 
     /// Made once per site and type, and kept for the life of the process.

@@ -12,6 +12,7 @@
 //! `module::name` or `module::Type::name`, so its records keep replaying.
 //! So does any tool whose site path reads in a way not foreseen here.
 
+use std::hash::Hash;
 use std::sync::OnceLock;
 
 use dashmap::DashMap;
@@ -124,18 +125,27 @@ pub fn fn_tool(plain: &'static str, site: &'static str) -> &'static str {
         return plain;
     }
     static OTHERS: OnceLock<DashMap<&'static str, &'static str>> = OnceLock::new();
-    let others = OTHERS.get_or_init(DashMap::new);
-    if let Some(identity) = others.get(site) {
-        return *identity;
-    }
-    *others.entry(site).or_insert_with(|| {
+    kept(&OTHERS, site, || {
         let (module, name) = plain.rsplit_once("::").unwrap_or(("", plain));
         match enclosing(site, module, name, false) {
-            // Made once per site, and kept for the life of the process.
             Some(parents) => Box::leak(format!("{module}::{parents}::{name}").into()),
             None => plain,
         }
     })
+}
+
+/// The identity kept in `table` for `key`, made by `make` the first time:
+/// once per site (and type), and kept for the life of the process.
+pub(super) fn kept<K: Eq + Hash>(
+    table: &OnceLock<DashMap<K, &'static str>>,
+    key: K,
+    make: impl FnOnce() -> &'static str,
+) -> &'static str {
+    let table = table.get_or_init(DashMap::new);
+    if let Some(identity) = table.get(&key) {
+        return *identity;
+    }
+    *table.entry(key).or_insert_with(make)
 }
 
 /// Whether `site` is `plain`, then only `{{closure}}`s, then the item: the

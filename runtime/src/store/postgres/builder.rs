@@ -289,10 +289,8 @@ impl PostgresStoreBuilder {
     /// batch goes only while those on the wire carry fewer steps than this
     /// between them: a light load goes at once, side by side, and a heavy
     /// one waits for the batch ahead, in fewer and larger batches, with
-    /// fewer commits. Measured (BENCHMARKS.md section 4): the server's and
-    /// the bench's CPU per fresh call at 16 and 64 callers fell to 0.68× and
-    /// 0.76× of what a fixed four batches on the wire cost, with four
-    /// callers unchanged. 1 sends one batch at a time, whatever the load.
+    /// fewer commits (BENCHMARKS.md section 4 measures it). 1 sends one
+    /// batch at a time, whatever the load.
     pub fn coalesce_in_flight(mut self, batches: usize) -> PostgresStoreBuilder {
         let batch = self.coalesce.map_or(DEFAULT_COALESCE_BATCH, |c| c.batch);
         self.coalesce = Some(Coalesce {

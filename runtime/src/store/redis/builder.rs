@@ -128,12 +128,12 @@ impl RedisStoreBuilder {
     /// per step: BENCHMARKS.md section 8 measures it slower.
     ///
     /// On, a claim or completion that finds no pipeline on the wire goes at
-    /// once, alone: no added delay. So does one that finds fewer than
-    /// [`coalesce_in_flight`](Self::coalesce_in_flight) pipelines there,
-    /// carrying fewer steps than that between them. Others wait, and go
-    /// together as one pipeline of their scripts (with one `WAIT` after
-    /// them, if asked for) as soon as one comes back, up to
-    /// [`coalesce_batch`](Self::coalesce_batch) of them. Each caller gets its own reply (its claim and fence, the
+    /// once, alone: no added delay. Under a light load it also goes at once
+    /// beside a few others (see
+    /// [`coalesce_in_flight`](Self::coalesce_in_flight)). Otherwise it
+    /// waits, and those waiting go together as one pipeline of their
+    /// scripts (with one `WAIT` after them, if asked for) as soon as one
+    /// comes back, up to [`coalesce_batch`](Self::coalesce_batch) of them. Each caller gets its own reply (its claim and fence, the
     /// record it replays, a conflict, a claim in flight, a lost lease), and
     /// a script that fails for one caller fails that caller only. Two steps
     /// on one key never share a pipeline. A caller dropped while it waits
