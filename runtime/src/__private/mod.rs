@@ -20,7 +20,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
-use crate::guard::{self, Call};
+use crate::guard;
 use crate::key::{self, KeyPart};
 use crate::outcome::{Outcome, ToolOutput};
 
@@ -35,7 +35,7 @@ pub use classify::{
     Arguments, Classified, Definite, DefiniteErrors, Errors, Unknowns, Verification, verified,
 };
 pub use method_tool::{MethodTool, type_identity};
-pub use prepare::{Arg, FingerprintArg, Piece, note, prepare, prepare_with, store};
+pub use prepare::{Arg, FingerprintArg, Piece, Prepared, note, prepare, prepare_with, store};
 pub use site::fn_tool;
 
 /// The return type of a guarded tool: `Result<O, E>`, where `O` is a
@@ -180,29 +180,34 @@ pub fn vouched(arg: Arg<'_>) -> Arg<'_> {
 /// `errors` is [`Classified`] when the tool's error implements
 /// [`Classify`](crate::Classify), found while the tool compiles (see
 /// [`Errors`]): an unknown failure then never releases the claim, as with
-/// [`Call::run_classified`]. Otherwise it is [`Definite`], and the call is
-/// driven as [`Call::run`] drives it.
+/// [`Call::run_classified`](crate::call::Call::run_classified). Otherwise it is [`Definite`], and the call is
+/// driven as [`Call::run`](crate::call::Call::run) drives it.
 ///
 /// `errors` comes before `body`, so that its type is known before the body
 /// is checked.
-pub fn run<R, U, F>(call: Result<Call, Error>, errors: U, body: F) -> impl Future<Output = R>
+pub fn run<R, U, F>(call: Prepared, errors: U, body: F) -> impl Future<Output = R>
 where
     R: GuardedReturn,
     F: Future<Output = Result<R::Value, R::Error>>,
     U: Unknowns<R::Error>,
 {
-    Returning::<_, R>::new(guard::drive_classified(call, body, None, errors.unknown()))
+    Returning::<_, R>::new(guard::drive_classified(
+        call.into_call(),
+        body,
+        None,
+        errors.unknown(),
+    ))
 }
 
 /// [`run`] with final errors recorded (`record_errors`).
-pub fn run_recording_errors<R, F>(call: Result<Call, Error>, body: F) -> impl Future<Output = R>
+pub fn run_recording_errors<R, F>(call: Prepared, body: F) -> impl Future<Output = R>
 where
     R: GuardedReturn,
     R::Error: RecordableError,
     F: Future<Output = Result<R::Value, R::Error>>,
 {
     Returning::<_, R>::new(guard::drive(
-        call,
+        call.into_call(),
         body,
         Some(guard::ErrorCodec::recording()),
     ))

@@ -4,6 +4,7 @@
 //! builder calls and `?`s instantiated for every tool.
 
 use std::borrow::Cow;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -68,8 +69,35 @@ pub struct Arg<'a> {
 /// # Errors
 ///
 /// As [`prepare_with`]'s.
-pub fn prepare(tool: &'static str, key: &[Piece<'_>], args: &[Arg<'_>]) -> Result<Call, Error> {
+pub fn prepare(tool: &'static str, key: &[Piece<'_>], args: &[Arg<'_>]) -> Prepared {
     prepare_with(tool, key, args, &Policy::DEFAULT, None)
+}
+
+/// A call as [`prepare()`] made it, or why it could not be made, on its way
+/// to the guard ([`run`](super::run)) in the same statement or the next.
+///
+/// It has no drop glue: a value that needs dropping in a tool's `async fn`
+/// makes `cargo check` take its drops and unwinding paths through MIR
+/// optimization for every tool (BENCHMARKS.md, section 6). Nothing awaits
+/// between `prepare` and the guard, so it is always handed over; dropped
+/// instead (a panic in a `Clone` of `verify`'s arguments), it leaks the
+/// call's memory, before any claim was made.
+pub struct Prepared(ManuallyDrop<Result<Call, Error>>);
+
+impl Prepared {
+    fn new(call: Result<Call, Error>) -> Prepared {
+        Prepared(ManuallyDrop::new(call))
+    }
+
+    /// The call, now dropped as any value is.
+    pub(crate) fn into_call(self) -> Result<Call, Error> {
+        ManuallyDrop::into_inner(self.0)
+    }
+
+    /// The call with `f` applied to it, still on its way to the guard.
+    pub(crate) fn map(self, f: impl FnOnce(Call) -> Call) -> Prepared {
+        Prepared::new(self.into_call().map(f))
+    }
 }
 
 /// Prepares the call of a guarded tool: its key rendered from `key` into a
@@ -83,6 +111,16 @@ pub fn prepare(tool: &'static str, key: &[Piece<'_>], args: &[Arg<'_>]) -> Resul
 /// The key's: an empty part, or no run in scope for `<run>`; or an argument
 /// that does not serialize.
 pub fn prepare_with(
+    tool: &'static str,
+    key: &[Piece<'_>],
+    args: &[Arg<'_>],
+    policy: &'static Policy,
+    store: Option<Arc<dyn Store>>,
+) -> Prepared {
+    Prepared::new(prepared(tool, key, args, policy, store))
+}
+
+fn prepared(
     tool: &'static str,
     key: &[Piece<'_>],
     args: &[Arg<'_>],

@@ -1,13 +1,12 @@
 //! What `#[idempotent(.., transaction)]` expands into: the body runs as
-//! the action of [`Call::run_in_transaction`] on a Postgres store, handed
+//! the action of [`Call::run_in_transaction`](crate::call::Call::run_in_transaction) on a Postgres store, handed
 //! the transaction through the argument marked `#[transaction]`.
 
 #[cfg(feature = "postgres")]
 use std::future::Future;
 
 use super::GuardedReturn;
-use crate::error::Error;
-use crate::guard::Call;
+use super::Prepared;
 use crate::outcome::Outcome;
 
 #[cfg(feature = "postgres")]
@@ -84,7 +83,7 @@ mod without_postgres {
 /// the body, handed the transaction.
 #[cfg(feature = "postgres")]
 pub fn run<'a, R, S, F>(
-    call: Result<Call, Error>,
+    call: Prepared,
     store: &'a S,
     action: F,
 ) -> impl Future<Output = Result<Outcome<R::Value>, R::Error>> + 'a
@@ -95,7 +94,7 @@ where
     F: for<'t> FnOnce(&'t Transaction<'t>, Scope<'t, 'a>) -> Action<'t, R> + 'a,
 {
     let store = store.postgres();
-    let call = call.map(|call| {
+    let call = call.into_call().map(|call| {
         use crate::store::transaction::TransactionalStore;
         crate::guard::transact(call, store.shared(), move |trip| {
             store.transact_in_scope(trip, action)
@@ -113,7 +112,7 @@ where
 /// store's bound fails, with a message that says so.
 #[cfg(not(feature = "postgres"))]
 pub async fn run<R, S, F>(
-    _call: Result<Call, Error>,
+    _call: Prepared,
     store: &S,
     _action: F,
 ) -> Result<Outcome<R::Value>, R::Error>
