@@ -80,8 +80,9 @@ pub fn prepare(tool: &'static str, key: &[Piece<'_>], args: &[Arg<'_>]) -> Prepa
 /// makes `cargo check` take its drops and unwinding paths through MIR
 /// optimization for every tool (BENCHMARKS.md, section 6). Nothing awaits
 /// between `prepare` and the guard, so it is always handed over; dropped
-/// instead (a panic in a `Clone` of `verify`'s arguments), it leaks the
-/// call's memory, before any claim was made.
+/// instead (a panic in a `Clone` of `verify`'s arguments, or in a
+/// transactional tool's `store = ...` expression), it leaks the call's
+/// memory, before any claim was made.
 pub struct Prepared(ManuallyDrop<Result<Call, Error>>);
 
 impl Prepared {
