@@ -229,6 +229,65 @@ async fn shipping_method(provider: &Provider, run: &Run, order_id: &str) -> Outc
     refund(Step(provider.clone()).apply(run, order_id.into()).await)
 }
 
+/// An error recorded with `record_errors`, whose guard reads the tool's
+/// identity from another body than a plain tool's.
+#[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]
+#[error("{0}")]
+struct StepError(String);
+
+impl From<Error> for StepError {
+    fn from(error: Error) -> StepError {
+        StepError(error.to_string())
+    }
+}
+
+async fn billing_recorded(provider: &Provider, run: &Run, order_id: &str) -> Outcome<Refund> {
+    #[idempotent(key = "<run>:recorded:<order_id>", record_errors)]
+    async fn apply(
+        #[context] provider: &Provider,
+        run: &Run,
+        order_id: String,
+    ) -> Result<Outcome<Refund>, StepError> {
+        let _ = run;
+        provider
+            .refund(&order_id, 1182, None)
+            .await
+            .map_err(|e| StepError(e.to_string()))
+    }
+    apply(provider, run, order_id.into())
+        .await
+        .unwrap_or_else(|e| panic!("the call failed: {e}"))
+}
+
+async fn shipping_recorded(provider: &Provider, run: &Run, order_id: &str) -> Outcome<Refund> {
+    #[idempotent(key = "<run>:recorded:<order_id>", record_errors)]
+    async fn apply(
+        #[context] provider: &Provider,
+        run: &Run,
+        order_id: String,
+    ) -> Result<Outcome<Refund>, StepError> {
+        let _ = run;
+        provider
+            .refund(&order_id, 0, None)
+            .await
+            .map_err(|e| StepError(e.to_string()))
+    }
+    apply(provider, run, order_id.into())
+        .await
+        .unwrap_or_else(|e| panic!("the call failed: {e}"))
+}
+
+#[tokio::test]
+async fn nested_tools_recording_errors_never_replay_each_other() {
+    let provider = Provider::default();
+    let run = run("identity-nested-recorded");
+    assert!(billing_recorded(&provider, &run, "1192").await.is_fresh());
+    let shipped = shipping_recorded(&provider, &run, "1192").await;
+    assert!(is_other_tool(&shipped), "got {shipped:?}");
+    assert!(billing_recorded(&provider, &run, "1192").await.is_replay());
+    assert_eq!(provider.calls_received(), 1);
+}
+
 #[tokio::test]
 async fn nested_methods_of_types_with_one_name_never_replay_each_other() {
     let provider = Provider::default();

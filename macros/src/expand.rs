@@ -344,10 +344,11 @@ fn rmcp_checks(input: &Input) -> TokenStream {
 /// of a refund and of a cancel must never replay each other.
 ///
 /// A tool nested in functions also carries their names (`module::billing::
-/// apply`), read from the `type_name` of an item declared in its body (a
-/// method's once per call site, in a `static`), so that an `apply` in
-/// `fn billing()` and one in `fn shipping()` are two tools. One nested in
-/// none keeps the identity above.
+/// apply`), so that an `apply` in `fn billing()` and one in `fn shipping()`
+/// are two tools. A free function's are read by the guard from the type of
+/// the body it is handed, which costs the tool no item of its own; a
+/// method's from the `type_name` of an item declared in its body, once per
+/// call site, in a `static`. One nested in none keeps the identity above.
 fn tool_identity(input: &Input, def: Span) -> TokenStream {
     let Input {
         options,
@@ -356,32 +357,27 @@ fn tool_identity(input: &Input, def: Span) -> TokenStream {
         ..
     } = input;
     let fn_name = &input.item.sig.ident;
+    let private = krate.private_at(def);
     if let Some(tool) = &options.tool {
-        return quote!(#tool);
+        return quote_spanned!(def=> #private::Tool::Named(#tool));
     }
     let name = fn_name.to_string();
     let name = LitStr::new(name.strip_prefix("r#").unwrap_or(&name), fn_name.span());
+    if params.receiver.is_none() {
+        return quote_spanned! {def=>
+            #private::Tool::Function(::core::concat!(::core::module_path!(), "::", #name))
+        };
+    }
     let site = Ident::new("__IDEMPOTENT_TOOL", def);
     let item = Ident::new("__IdempotentSite", def);
-    let private = krate.private_at(def);
-    let identity = if params.receiver.is_none() {
-        quote_spanned! {def=>
-            #private::fn_tool(
-                ::core::concat!(::core::module_path!(), "::", #name),
-                ::core::any::type_name::<#item>(),
-            )
-        }
-    } else {
-        quote_spanned! {def=>
+    quote_spanned! {def=>
+        #private::Tool::Named({
+            struct #item;
             static #site: #private::MethodTool =
                 #private::MethodTool::new(::core::module_path!(), #name);
             #site.get(::core::any::type_name::<Self>(), ::core::any::type_name::<#item>())
-        }
-    };
-    quote_spanned! {def=> {
-        struct #item;
-        #identity
-    }}
+        })
+    }
 }
 
 /// The call site's policy: a `static` of the call site holding its

@@ -35,7 +35,7 @@ pub use classify::{
     Arguments, Classified, Definite, DefiniteErrors, Errors, Unknowns, Verification, verified,
 };
 pub use method_tool::{MethodTool, type_identity};
-pub use prepare::{Arg, FingerprintArg, Piece, Prepared, note, prepare, prepare_with, store};
+pub use prepare::{Arg, FingerprintArg, Piece, Prepared, Tool, note, prepare, prepare_with, store};
 pub use site::fn_tool;
 
 /// The return type of a guarded tool: `Result<O, E>`, where `O` is a
@@ -180,11 +180,13 @@ pub fn vouched(arg: Arg<'_>) -> Arg<'_> {
 /// `errors` is [`Classified`] when the tool's error implements
 /// [`Classify`](crate::Classify), found while the tool compiles (see
 /// [`Errors`]): an unknown failure then never releases the claim, as with
-/// [`Call::run_classified`](crate::call::Call::run_classified). Otherwise it is [`Definite`], and the call is
-/// driven as [`Call::run`](crate::call::Call::run) drives it.
+/// [`Call::run_classified`](crate::call::Call::run_classified). Otherwise
+/// it is [`Definite`], and the call is driven as
+/// [`Call::run`](crate::call::Call::run) drives it.
 ///
 /// `errors` comes before `body`, so that its type is known before the body
 /// is checked.
+#[inline]
 pub fn run<R, U, F>(call: Prepared, errors: U, body: F) -> impl Future<Output = R>
 where
     R: GuardedReturn,
@@ -192,7 +194,7 @@ where
     U: Unknowns<R::Error>,
 {
     Returning::<_, R>::new(guard::drive_classified(
-        call.into_call(),
+        call.into_call::<F>(),
         body,
         None,
         errors.unknown(),
@@ -200,6 +202,7 @@ where
 }
 
 /// [`run`] with final errors recorded (`record_errors`).
+#[inline]
 pub fn run_recording_errors<R, F>(call: Prepared, body: F) -> impl Future<Output = R>
 where
     R: GuardedReturn,
@@ -207,7 +210,7 @@ where
     F: Future<Output = Result<R::Value, R::Error>>,
 {
     Returning::<_, R>::new(guard::drive(
-        call.into_call(),
+        call.into_call::<F>(),
         body,
         Some(guard::ErrorCodec::recording()),
     ))

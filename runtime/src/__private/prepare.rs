@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::fn_tool;
 use crate::error::Error;
 use crate::fingerprint::{Fingerprint, FingerprintBuilder};
 use crate::guard::Call;
@@ -63,14 +64,31 @@ pub struct Arg<'a> {
     pub(super) vouched: bool,
 }
 
+/// A free function's identity, `plain` or, nested, with the functions
+/// around it, read from `site`.
+fn name_from_site(call: &mut Result<Call, Error>, plain: &'static str, site: &'static str) {
+    let tool = fn_tool(plain, site);
+    if let (false, Ok(call)) = (std::ptr::eq(tool, plain), call) {
+        call.set_tool(tool.into());
+    }
+}
+
 /// [`prepare_with`] for a call site that names no option of the policy and
 /// no store, as most do: two arguments fewer for each tool to check.
-///
-/// # Errors
-///
-/// As [`prepare_with`]'s.
-pub fn prepare(tool: &'static str, key: &[Piece<'_>], args: &[Arg<'_>]) -> Prepared {
+pub fn prepare(tool: Tool, key: &[Piece<'_>], args: &[Arg<'_>]) -> Prepared {
     prepare_with(tool, key, args, &Policy::DEFAULT, None)
+}
+
+/// Who the tool is, as its call site names it.
+#[derive(Clone, Copy)]
+pub enum Tool {
+    /// A free function, `module::name`. The functions it may be nested in
+    /// are read at the guard from the type of its body (see
+    /// [`fn_tool`](super::fn_tool)), which costs each tool's `cargo check`
+    /// no item of its own.
+    Function(&'static str),
+    /// A method's identity, or the call site's `tool = "..."`, as it is.
+    Named(&'static str),
 }
 
 /// A call as [`prepare()`] made it, or why it could not be made, on its way
@@ -83,21 +101,34 @@ pub fn prepare(tool: &'static str, key: &[Piece<'_>], args: &[Arg<'_>]) -> Prepa
 /// instead (a panic in a `Clone` of `verify`'s arguments, or in a
 /// transactional tool's `store = ...` expression), it leaks the call's
 /// memory, before any claim was made.
-pub struct Prepared(ManuallyDrop<Result<Call, Error>>);
+pub struct Prepared {
+    call: ManuallyDrop<Result<Call, Error>>,
+    /// A free function's `module::name`, whose identity is completed by
+    /// [`into_call`](Prepared::into_call).
+    function: Option<&'static str>,
+}
 
 impl Prepared {
-    fn new(call: Result<Call, Error>) -> Prepared {
-        Prepared(ManuallyDrop::new(call))
-    }
-
-    /// The call, now dropped as any value is.
-    pub(crate) fn into_call(self) -> Result<Call, Error> {
-        ManuallyDrop::into_inner(self.0)
+    /// The call, now dropped as any value is, with a free function's
+    /// identity read from `B`, the type of the body the tool hands the
+    /// guard: an `async move` block or closure declared in the tool's body,
+    /// whose path names the functions the tool is nested in.
+    #[inline]
+    pub(crate) fn into_call<B>(self) -> Result<Call, Error> {
+        let mut call = ManuallyDrop::into_inner(self.call);
+        if let Some(plain) = self.function {
+            name_from_site(&mut call, plain, std::any::type_name::<B>());
+        }
+        call
     }
 
     /// The call with `f` applied to it, still on its way to the guard.
     pub(crate) fn map(self, f: impl FnOnce(Call) -> Call) -> Prepared {
-        Prepared::new(self.into_call().map(f))
+        let Prepared { call, function } = self;
+        Prepared {
+            call: ManuallyDrop::new(ManuallyDrop::into_inner(call).map(f)),
+            function,
+        }
     }
 }
 
@@ -107,18 +138,25 @@ impl Prepared {
 /// `static` policy, and its store (`store = ...`, see [`store`]), if it
 /// names one.
 ///
-/// # Errors
-///
-/// The key's: an empty part, or no run in scope for `<run>`; or an argument
-/// that does not serialize.
+/// A call that cannot be made (a key part that is empty, no run in scope
+/// for `<run>`, an argument that does not serialize) carries its error to
+/// the guard, which returns it through the tool's error type without
+/// running the body.
 pub fn prepare_with(
-    tool: &'static str,
+    tool: Tool,
     key: &[Piece<'_>],
     args: &[Arg<'_>],
     policy: &'static Policy,
     store: Option<Arc<dyn Store>>,
 ) -> Prepared {
-    Prepared::new(prepared(tool, key, args, policy, store))
+    let (name, function) = match tool {
+        Tool::Function(plain) => (plain, Some(plain)),
+        Tool::Named(name) => (name, None),
+    };
+    Prepared {
+        call: ManuallyDrop::new(prepared(name, key, args, policy, store)),
+        function,
+    }
 }
 
 fn prepared(

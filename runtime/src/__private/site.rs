@@ -1,12 +1,14 @@
-//! The functions a guarded tool is nested in, read from the path of an item
-//! the attribute declares in its body.
+//! The functions a guarded tool is nested in, read from the path of a type
+//! declared in its body: a free function's body block (or closure), which
+//! the guard is handed anyway, or a method's item.
 //!
 //! `module_path!()` stops at the module, so an `apply` defined inside
 //! `fn billing()` and another inside `fn shipping()` of one module would be
 //! one tool, and the second would replay the first's result. The path
-//! `type_name` writes for an item inside the tool carries the enclosing
-//! functions' names (`shop::billing::apply::Site`), and names alone: it does
-//! not change when code moves within a file.
+//! `type_name` writes for a type inside the tool carries the enclosing
+//! functions' names (`shop::billing::apply::{{closure}}::{{closure}}`, or
+//! `shop::billing::apply::Site`), and names alone: it does not change when
+//! code moves within a file.
 //!
 //! A tool that is nested in no function keeps the identity it always had,
 //! `module::name` or `module::Type::name`, so its records keep replaying.
@@ -58,8 +60,9 @@ fn is_impl(segment: &str) -> bool {
 
 /// The functions the tool `name` is nested in, within `module`, joined with
 /// `::` (`billing`, or `billing::{{closure}}`), read from `site`, the
-/// `type_name` of an item declared in the tool's body. `method` says that
-/// the tool is a method, so its parent is an impl.
+/// `type_name` of a type declared in the tool's body (an item, or the body's
+/// own block). `method` says that the tool is a method, so its parent is an
+/// impl.
 ///
 /// `None` when the tool is nested in no function, or when `site` does not
 /// read as foreseen: the tool then keeps its identity without them.
@@ -111,9 +114,9 @@ fn of_trait_impl(qualified: &str, module: &[&str]) -> Option<String> {
 }
 
 /// The default identity of a guarded function without `self`, given
-/// `plain`, its `module::name`, and `site`, the `type_name` of an item
-/// declared in its body: `plain`, or `module::billing::name` for one nested
-/// in `fn billing()`.
+/// `plain`, its `module::name`, and `site`, the `type_name` of the body it
+/// hands the guard (an `async move` block or a closure declared in it):
+/// `plain`, or `module::billing::name` for one nested in `fn billing()`.
 ///
 /// A function nested in none, as nearly all are, is told by comparing the
 /// two names, so the attribute declares no `static` per call site to keep
@@ -148,18 +151,19 @@ pub(super) fn kept<K: Eq + Hash>(
     *table.entry(key).or_insert_with(make)
 }
 
-/// Whether `site` is `plain`, then only `{{closure}}`s, then the item: the
-/// path of an item in a function nested in no other, for which
+/// Whether `site` is `plain`, then only `{{closure}}`s, one at least: the
+/// type of a body declared in a function nested in no other, for which
 /// [`enclosing`] finds no parents.
 fn nested_in_no_function(plain: &str, site: &str) -> bool {
     let Some(mut rest) = site.strip_prefix(plain) else {
         return false;
     };
+    let mut closures = 0;
     while let Some(after) = rest.strip_prefix("::{{closure}}") {
         rest = after;
+        closures += 1;
     }
-    rest.strip_prefix("::")
-        .is_some_and(|item| !item.is_empty() && !item.contains([':', '<', '>']))
+    closures > 0 && rest.is_empty()
 }
 
 #[cfg(test)]
@@ -178,23 +182,30 @@ mod tests {
     fn a_function_is_its_plain_path_unless_its_site_names_a_function_around_it() {
         let plain = "shop::tools::apply";
         for site in [
-            "shop::tools::apply::{{closure}}::Site",
-            "shop::tools::apply::{{closure}}::{{closure}}::Site",
-            "shop::tools::apply::Site",
+            // The body's block in the `async fn`'s, and in another
+            // attribute's block around it.
+            "shop::tools::apply::{{closure}}::{{closure}}",
+            "shop::tools::apply::{{closure}}::{{closure}}::{{closure}}",
             // An associated function: read, and found nested in none.
-            "shop::tools::Refund::apply::{{closure}}::Site",
-            "shop::tools::<impl shop::Refund>::apply::Site",
+            "shop::tools::Refund::apply::{{closure}}::{{closure}}",
+            "shop::tools::<impl shop::Refund>::apply::{{closure}}::{{closure}}",
         ] {
             assert_eq!(fn_tool(plain, site), plain, "{site}");
         }
         for _ in 0..2 {
             assert_eq!(
-                fn_tool(plain, "shop::tools::billing::apply::{{closure}}::Site"),
+                fn_tool(
+                    plain,
+                    "shop::tools::billing::apply::{{closure}}::{{closure}}"
+                ),
                 "shop::tools::billing::apply"
             );
         }
         assert_eq!(
-            fn_tool(plain, "shop::tools::billing::{{closure}}::apply::Site"),
+            fn_tool(
+                plain,
+                "shop::tools::billing::{{closure}}::apply::{{closure}}::{{closure}}"
+            ),
             "shop::tools::billing::{{closure}}::apply"
         );
     }
@@ -203,25 +214,29 @@ mod tests {
     fn the_comparison_finds_no_function_around_only_where_the_path_finds_none() {
         let plain = "shop::tools::apply";
         for site in [
-            "shop::tools::apply::{{closure}}::Site",
-            "shop::tools::apply::Site",
-            "shop::tools::apply::",
+            "shop::tools::apply::{{closure}}::{{closure}}",
             "shop::tools::apply::{{closure}}",
-            "shop::tools::apply::S<T>",
-            "shop::tools::apply::a::Site",
-            "shop::tools::applyx::Site",
-            "shop::tools::billing::apply::Site",
+            "shop::tools::apply",
+            "shop::tools::apply::",
+            "shop::tools::apply::{{closure}}::S<T>",
+            "shop::tools::apply::a::{{closure}}",
+            "shop::tools::applyx::{{closure}}",
+            "shop::tools::billing::apply::{{closure}}",
         ] {
             if nested_in_no_function(plain, site) {
                 assert_eq!(free(site), None, "{site}");
             }
         }
-        assert!(nested_in_no_function(plain, "shop::tools::apply::Site"));
+        assert!(nested_in_no_function(
+            plain,
+            "shop::tools::apply::{{closure}}::{{closure}}"
+        ));
+        assert!(!nested_in_no_function(plain, "shop::tools::apply"));
+        assert!(!nested_in_no_function(plain, "shop::tools::apply::Site"));
         assert!(!nested_in_no_function(
             plain,
-            "shop::tools::apply::{{closure}}"
+            "shop::tools::applyx::{{closure}}"
         ));
-        assert!(!nested_in_no_function(plain, "shop::tools::applyx::Site"));
     }
 
     #[test]

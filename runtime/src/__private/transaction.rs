@@ -1,6 +1,8 @@
 //! What `#[idempotent(.., transaction)]` expands into: the body runs as
-//! the action of [`Call::run_in_transaction`](crate::call::Call::run_in_transaction) on a Postgres store, handed
-//! the transaction through the argument marked `#[transaction]`.
+//! the action of
+//! [`Call::run_in_transaction`](crate::call::Call::run_in_transaction) on a
+//! Postgres store, handed the transaction through the argument marked
+//! `#[transaction]`.
 
 #[cfg(feature = "postgres")]
 use std::future::Future;
@@ -94,7 +96,7 @@ where
     F: for<'t> FnOnce(&'t Transaction<'t>, Scope<'t, 'a>) -> Action<'t, R> + 'a,
 {
     let store = store.postgres();
-    let call = call.into_call().map(|call| {
+    let call = call.into_call::<F>().map(|call| {
         use crate::store::transaction::TransactionalStore;
         crate::guard::transact(call, store.shared(), move |trip| {
             store.transact_in_scope(trip, action)

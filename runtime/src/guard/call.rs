@@ -108,6 +108,12 @@ impl Call {
         }
     }
 
+    /// Names the call's tool anew: a free function's identity, once the
+    /// functions it is nested in are read.
+    pub(crate) fn set_tool(&mut self, tool: ToolId) {
+        self.tool = tool;
+    }
+
     /// The arguments beyond the key. A different fingerprint under the same
     /// key is a conflict.
     pub fn fingerprint(mut self, fingerprint: Fingerprint) -> Call {
