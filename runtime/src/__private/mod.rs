@@ -36,7 +36,6 @@ pub use classify::{
 };
 pub use method_tool::{MethodTool, type_identity};
 pub use prepare::{Arg, FingerprintArg, Piece, Prepared, Tool, note, prepare, prepare_with, store};
-pub use site::fn_tool;
 
 /// The return type of a guarded tool: `Result<O, E>`, where `O` is a
 /// [`ToolOutput`] whose value can be recorded and `E` carries the guard's

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::fn_tool;
+use super::site::fn_tool;
 use crate::error::Error;
 use crate::fingerprint::{Fingerprint, FingerprintBuilder};
 use crate::guard::Call;
@@ -68,7 +68,9 @@ pub struct Arg<'a> {
 /// around it, read from `site`.
 fn name_from_site(call: &mut Result<Call, Error>, plain: &'static str, site: &'static str) {
     let tool = fn_tool(plain, site);
-    if let (false, Ok(call)) = (std::ptr::eq(tool, plain), call) {
+    if !std::ptr::eq(tool, plain)
+        && let Ok(call) = call
+    {
         call.set_tool(tool.into());
     }
 }
@@ -83,9 +85,9 @@ pub fn prepare(tool: Tool, key: &[Piece<'_>], args: &[Arg<'_>]) -> Prepared {
 #[derive(Clone, Copy)]
 pub enum Tool {
     /// A free function, `module::name`. The functions it may be nested in
-    /// are read at the guard from the type of its body (see
-    /// [`fn_tool`](super::fn_tool)), which costs each tool's `cargo check`
-    /// no item of its own.
+    /// are read at the guard from the type of its body
+    /// (`Prepared::into_call`), which costs each tool's `cargo check` no
+    /// item of its own.
     Function(&'static str),
     /// A method's identity, or the call site's `tool = "..."`, as it is.
     Named(&'static str),

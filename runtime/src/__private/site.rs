@@ -119,11 +119,9 @@ fn of_trait_impl(qualified: &str, module: &[&str]) -> Option<String> {
 /// `plain`, or `module::billing::name` for one nested in `fn billing()`.
 ///
 /// A function nested in none, as nearly all are, is told by comparing the
-/// two names, so the attribute declares no `static` per call site to keep
-/// it in (a `static` costs each tool's `cargo check` about as much as its
-/// key). Any other site is read once, and its identity kept in a table
-/// shared by every site.
-pub fn fn_tool(plain: &'static str, site: &'static str) -> &'static str {
+/// two names, with nothing to keep. Any other site is read once, and its
+/// identity kept in a table shared by every site.
+pub(super) fn fn_tool(plain: &'static str, site: &'static str) -> &'static str {
     if nested_in_no_function(plain, site) {
         return plain;
     }

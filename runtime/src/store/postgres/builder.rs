@@ -251,8 +251,8 @@ impl PostgresStoreBuilder {
     /// Otherwise it waits, and those waiting go together in one statement
     /// over arrays as soon as a batch comes back: one round trip and one
     /// commit for up to [`coalesce_batch`](PostgresStoreBuilder::coalesce_batch)
-    /// of them instead of one each. A replay is a claim that finds the record, so
-    /// replays' reads are coalesced with the claims.
+    /// of them instead of one each. A replay is a claim that finds the
+    /// record, so replays' reads are coalesced with the claims.
     ///
     /// Each caller gets its own answer (its claim and fence, the record it
     /// replays, a conflict, a claim in flight, a lost lease). Two steps on

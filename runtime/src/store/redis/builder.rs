@@ -133,7 +133,8 @@ impl RedisStoreBuilder {
     /// [`coalesce_in_flight`](Self::coalesce_in_flight)). Otherwise it
     /// waits, and those waiting go together as one pipeline of their
     /// scripts (with one `WAIT` after them, if asked for) as soon as one
-    /// comes back, up to [`coalesce_batch`](Self::coalesce_batch) of them. Each caller gets its own reply (its claim and fence, the
+    /// comes back, up to [`coalesce_batch`](Self::coalesce_batch) of them.
+    /// Each caller gets its own reply (its claim and fence, the
     /// record it replays, a conflict, a claim in flight, a lost lease), and
     /// a script that fails for one caller fails that caller only. Two steps
     /// on one key never share a pipeline. A caller dropped while it waits
