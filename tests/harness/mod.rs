@@ -128,9 +128,21 @@ fn run(trials: Vec<Trial>, threads: Option<usize>) -> ! {
 
 /// Trials of async functions that take nothing: `trials!(NEEDS; case, ..)`,
 /// or `trials!(always; case, ..)` for cases that need no server;
-/// `trials!(plain; ..)` for functions that are not async.
+/// `trials!(plain; ..)` for functions that are not async;
+/// `trials!(NEEDS, (program, there); case, ..)` for cases that also run a
+/// program of their own (see [`trial_needing`]).
 #[macro_export]
 macro_rules! trials {
+    ($needs:expr, $program:expr; $($case:path),* $(,)?) => {
+        vec![$(
+            $crate::harness::trial_needing(
+                $crate::harness::last_segment(stringify!($case)),
+                $needs,
+                $program,
+                $case,
+            ),
+        )*]
+    };
     (plain; $($case:path),* $(,)?) => {
         vec![$(
             $crate::harness::plain($crate::harness::last_segment(stringify!($case)), $case),

@@ -80,14 +80,11 @@ pub fn trials() -> Vec<Trial> {
         errors::a_server_that_is_down_is_unavailable_and_nothing_runs,
         errors::an_unreachable_server_prints_each_cause_once,
     ));
-    trials.push(
-        crate::harness::trial_needing(
-            "measured_first_calls_after_a_restart",
-            URL,
-            ("initdb", server::Server::can_start()),
-            server::measured_first_calls_after_a_restart,
-        )
-        .with_ignored_flag(true),
+    let initdb = ("initdb", server::Server::can_start());
+    trials.extend(
+        crate::trials!(URL, initdb; server::measured_first_calls_after_a_restart)
+            .into_iter()
+            .map(|trial| trial.with_ignored_flag(true)),
     );
     trials
 }

@@ -57,45 +57,18 @@ pub fn trials() -> Vec<Trial> {
     // eviction policy), which the cases beside them on the shared server
     // would see.
     let server = ("redis-server", restart::Server::can_start());
-    trials.extend([
-        crate::harness::trial_needing(
-            "an_evicting_policy_is_warned_about_on_connect_and_noeviction_is_not",
-            URL,
-            server,
-            an_evicting_policy_is_warned_about_on_connect_and_noeviction_is_not,
-        ),
-        crate::harness::trial_needing(
-            "a_script_the_server_forgot_is_loaded_again_and_the_step_goes_through",
-            URL,
-            server,
-            a_script_the_server_forgot_is_loaded_again_and_the_step_goes_through,
-        ),
-        crate::harness::trial_needing(
-            "waiting_for_zero_replicas_rides_in_the_same_round_trip",
-            URL,
-            server,
-            waiting_for_zero_replicas_rides_in_the_same_round_trip,
-        ),
-        crate::harness::trial_needing(
-            "a_call_dropped_while_its_steps_retry_leaves_no_claim_stuck_and_no_result_lost",
-            URL,
-            server,
-            restart::a_call_dropped_while_its_steps_retry_leaves_no_claim_stuck_and_no_result_lost,
-        ),
-        crate::harness::trial_needing(
-            "a_completion_whose_server_stays_down_past_the_lease_is_not_recorded_and_says_the_action_ran",
-            URL,
-            server,
-            restart::a_completion_whose_server_stays_down_past_the_lease_is_not_recorded_and_says_the_action_ran,
-        ),
-        crate::harness::trial_needing(
-            "measured_first_calls_after_a_restart",
-            URL,
-            server,
-            restart::measured_first_calls_after_a_restart,
-        )
-        .with_ignored_flag(true),
-    ]);
+    trials.extend(crate::trials!(URL, server;
+        an_evicting_policy_is_warned_about_on_connect_and_noeviction_is_not,
+        a_script_the_server_forgot_is_loaded_again_and_the_step_goes_through,
+        waiting_for_zero_replicas_rides_in_the_same_round_trip,
+        restart::a_call_dropped_while_its_steps_retry_leaves_no_claim_stuck_and_no_result_lost,
+        restart::a_completion_whose_server_stays_down_past_the_lease_is_not_recorded_and_says_the_action_ran,
+    ));
+    trials.extend(
+        crate::trials!(URL, server; restart::measured_first_calls_after_a_restart)
+            .into_iter()
+            .map(|trial| trial.with_ignored_flag(true)),
+    );
     trials
 }
 
