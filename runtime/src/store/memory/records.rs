@@ -25,7 +25,7 @@ impl Inner {
                 fingerprint: held.fingerprint,
                 fence: held.fence,
                 taken_over: false,
-                owner: Some(held.owner),
+                owner: Some(u128::from(held.owner)),
                 lease_until: None,
                 result: None,
                 completed_at: None,

@@ -22,7 +22,7 @@ use crate::{
 
 impl Inner {
     fn new_claim(&self, req: &ClaimRequest<'_>, fence: u64) -> (Held, Claim) {
-        let owner = u128::from(self.owners.fetch_add(1, Ordering::Relaxed));
+        let owner = self.owners.fetch_add(1, Ordering::Relaxed);
         let held = Held {
             owner,
             fence,
@@ -32,7 +32,7 @@ impl Inner {
         };
         let claim = Claim {
             key: req.key.clone(),
-            owner,
+            owner: u128::from(owner),
             fence,
             taken_over: false,
             retention: req.retention,
@@ -128,11 +128,9 @@ impl Inner {
             return Err(StoreError::LeaseLost);
         };
         let held = match &*slot {
-            Slot::Held(held) if held.owner == claim.owner && held.fence == claim.fence => held,
+            Slot::Held(held) if held.is(claim) => held,
             // The same holder completing again: what it recorded stands.
-            Slot::Done(done) if done.owner == claim.owner && done.fence == claim.fence => {
-                return Ok(());
-            }
+            Slot::Done(done) if done.is(claim) => return Ok(()),
             _ => return Err(StoreError::LeaseLost),
         };
         let done = Done {
@@ -150,9 +148,10 @@ impl Inner {
     }
 
     pub(super) fn release_now(&self, claim: &Claim) -> StoreResult<()> {
-        let removed = self.slots.remove_if(claim.key.as_bytes(), |_, slot| {
-            matches!(slot, Slot::Held(held) if held.owner == claim.owner && held.fence == claim.fence)
-        });
+        let removed = self.slots.remove_if(
+            claim.key.as_bytes(),
+            |_, slot| matches!(slot, Slot::Held(held) if held.is(claim)),
+        );
         match removed {
             Some((_, Slot::Held(held))) => {
                 held.wake();
