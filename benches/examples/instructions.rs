@@ -3,7 +3,8 @@
 //!
 //! `instructions <mode> <calls>` fills a memory store with 10,000 records,
 //! then makes `calls` calls of one kind: `fresh` (a new key each call, and
-//! the oldest record forgotten, as the `steady` bench does), `replay` (a
+//! the oldest record forgotten, as the `steady` bench does), `floor` (that
+//! bench's floor: the same map work on a `DashMap` with no guard), `replay` (a
 //! `Copy` result) or `replay_string` (a result that owns a `String`); or a
 //! peer's hit on the same refund, for comparison: `moka_hit` (`get_with` on a
 //! `future::Cache`), `cached_hit` (a `#[cached]` function) or
@@ -15,12 +16,21 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
 use idempotent_benches::peers::{receipt_cached, refund_cached};
 use idempotent_benches::{
     Network, Provider, Refund, bench_run, current_thread, plain_key, receipt_tool, refund_key,
-    refund_tool,
+    refund_tool, render_plain_key,
 };
 use idempotent_tools::{MemoryStore, records::Records};
+
+/// The value the floor's map holds under every key.
+const FLOOR: Refund = Refund {
+    id: 1,
+    order_id: 1,
+    usd: 42,
+};
 
 /// Records in the store before the calls counted.
 const STEADY: u64 = 10_000;
@@ -55,6 +65,27 @@ fn main() {
                     if let Some(oldest) = oldest {
                         black_box(store.forget(&oldest).await.ok());
                     }
+                }
+            }
+            "floor" => {
+                // The `steady` bench's floor: the same map work with no
+                // guard, on a map of as many entries as the store holds.
+                let map: DashMap<Arc<str>, Refund> = DashMap::new();
+                let mut buf = String::with_capacity(64);
+                let mut next = 1_000_000;
+                for _ in 0..STEADY {
+                    next += 1;
+                    map.insert(Arc::from(render_plain_key(&mut buf, &run, next)), FLOOR);
+                }
+                for _ in 0..calls {
+                    next += 1;
+                    let key: Arc<str> =
+                        Arc::from(render_plain_key(&mut buf, &run, black_box(next)));
+                    if let Entry::Vacant(vacant) = map.entry(key) {
+                        vacant.insert(FLOOR);
+                    }
+                    let oldest = render_plain_key(&mut buf, &run, next - STEADY);
+                    black_box(map.remove(oldest));
                 }
             }
             "replay" => {
