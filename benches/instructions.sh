@@ -23,7 +23,7 @@ count() {
 
 echo "| call | instructions per call |"
 echo "|---|---|"
-for mode in ${MODES:-fresh replay replay_string moka_hit cached_hit cached_hit_string}; do
+for mode in ${MODES:-floor fresh replay replay_string moka_hit cached_hit cached_hit_string}; do
   base=$(count "$mode" 0)
   total=$(count "$mode" "$CALLS")
   echo "| $mode | $(((total - base) / CALLS)) |"
