@@ -616,13 +616,8 @@ async fn the_listener_moves_to_another_node_when_its_node_dies() {
     );
 }
 
-/// How many cases run at once, whatever the machine's cores: each starts
-/// or drives clusters of six nodes, and eight at a time once hung the
-/// suite (BENCHMARKS.md, section 13), for a reason not yet found.
-const CLUSTER_THREADS: usize = 2;
-
 fn main() {
-    let args = harness::arguments(Some(CLUSTER_THREADS));
+    let args = harness::Arguments::from_args();
     // The children of the suite's OS-process cases find the cluster by the
     // variable their parent set; a parent starts it.
     let mut cluster = None;

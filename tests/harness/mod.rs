@@ -114,13 +114,6 @@ pub fn main_waiting(trials: Vec<Trial>) -> ! {
 }
 
 fn run(trials: Vec<Trial>, threads: Option<usize>) -> ! {
-    libtest_mimic::run(&arguments(threads), trials).exit()
-}
-
-/// The command line's arguments, running `threads` trials at a time (one
-/// per core if `None`) unless `--test-threads` or `RUST_TEST_THREADS` says
-/// otherwise.
-pub fn arguments(threads: Option<usize>) -> Arguments {
     let mut args = Arguments::from_args();
     // libtest-mimic reads `--test-threads` but not the variable libtest
     // reads too.
@@ -130,7 +123,7 @@ pub fn arguments(threads: Option<usize>) -> Arguments {
             .and_then(|n| n.parse().ok())
             .or(threads)
     });
-    args
+    libtest_mimic::run(&args, trials).exit()
 }
 
 /// Trials of async functions that take nothing: `trials!(NEEDS; case, ..)`,
