@@ -42,14 +42,14 @@ pub struct Ports {
 }
 
 /// Six pairs of ports that were free a moment ago.
+///
+/// They come from below the range the system hands out for outgoing
+/// connections, so that no client's socket takes one between now and its
+/// node's start, and no port is handed out twice in one process: clusters
+/// started at the same time never share one. A node whose port was taken
+/// all the same fails its start (see [`Node::start`]).
 pub fn free_ports() -> Vec<Ports> {
-    let listeners: Vec<TcpListener> = (0..12)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("a free port"))
-        .collect();
-    let ports: Vec<u16> = listeners
-        .iter()
-        .map(|l| l.local_addr().expect("an address").port())
-        .collect();
+    let ports: Vec<u16> = std::iter::from_fn(next_port).take(12).collect();
     ports
         .chunks(2)
         .map(|pair| Ports {
@@ -57,6 +57,44 @@ pub fn free_ports() -> Vec<Ports> {
             bus: pair[1],
         })
         .collect()
+}
+
+/// The lowest port the system hands out for outgoing connections: Linux's
+/// `ip_local_port_range`, or the start of the range other systems use.
+fn outgoing_ports_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768)
+}
+
+/// The next port of this process's walk through the ports below
+/// [`outgoing_ports_start`], from 10000, that is free now. The walk starts
+/// at a place of the process's own, so that two test processes at once
+/// start far apart, and hands no port out twice until it has gone round.
+fn next_port() -> Option<u16> {
+    use std::sync::Mutex;
+    static NEXT: Mutex<Option<u32>> = Mutex::new(None);
+    const LOWEST: u32 = 10_000;
+    let span = u32::from(outgoing_ports_start()).saturating_sub(LOWEST);
+    if span < 1_000 {
+        // No room below that range: any port the system finds free.
+        return TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .ok();
+    }
+    let mut next = NEXT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let start = *next.get_or_insert(std::process::id().wrapping_mul(7919) % span);
+    for step in 0..span {
+        let offset = (start + step) % span;
+        let port = u16::try_from(LOWEST + offset).expect("below the outgoing ports");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            *next = Some((offset + 1) % span);
+            return Some(port);
+        }
+    }
+    panic!("no free port below {}", LOWEST + span)
 }
 
 /// One `redis-server`, under the shell that kills it.
@@ -75,7 +113,10 @@ impl Node {
         std::fs::create_dir_all(&data).expect("a node's directory");
         let mut shell = Command::new("sh")
             .arg("-c")
-            .arg(r#"redis-server "$@" & server=$!; read -r _; kill -9 "$server"; wait "$server""#)
+            // The shell lets go of the server's output, so that the output
+            // ends when the server does: a server that fails to start is
+            // seen to, rather than waited on.
+            .arg(r#"redis-server "$@" & server=$!; exec >/dev/null; read -r _; kill -9 "$server"; wait "$server""#)
             .arg("sh")
             .args(["--bind", "127.0.0.1", "--port", &ports.port.to_string()])
             .args(["--cluster-enabled", "yes"])
@@ -99,11 +140,19 @@ impl Node {
         let stdin = shell.stdin.take();
         let stdout = shell.stdout.take().expect("piped stdout");
         let mut lines = BufReader::new(stdout).lines();
-        let ready = lines
-            .by_ref()
-            .map_while(Result::ok)
-            .any(|line| line.contains("Ready to accept connections"));
-        assert!(ready, "redis-server on port {} did not start", ports.port);
+        let mut said = Vec::new();
+        let ready = lines.by_ref().map_while(Result::ok).any(|line| {
+            let ready = line.contains("Ready to accept connections");
+            said.push(line);
+            ready
+        });
+        assert!(
+            ready,
+            "redis-server on port {} (cluster bus {}) did not start:\n{}",
+            ports.port,
+            ports.bus,
+            said.join("\n")
+        );
         // Keep reading, so that the server never blocks on a full pipe.
         std::thread::spawn(move || lines.for_each(drop));
         Node {
