@@ -59,6 +59,45 @@ where
     trial(name, needs, case)
 }
 
+/// A port free a moment ago, for a server a case starts and may restart.
+///
+/// It comes from below the range the system hands out for outgoing
+/// connections, so that no client's socket takes it before its server
+/// starts (or while it is down for a restart), and no port is handed out
+/// twice in one process: servers started at the same time never share one.
+pub fn free_port() -> u16 {
+    use std::net::TcpListener;
+    use std::sync::Mutex;
+    // This process's walk through the ports below that range, from LOWEST:
+    // it starts at a place of the process's own, so that two test
+    // processes at once start far apart.
+    static NEXT: Mutex<Option<u32>> = Mutex::new(None);
+    const LOWEST: u32 = 10_000;
+    let outgoing = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let span = outgoing.min(65536).saturating_sub(LOWEST);
+    if span < 1_000 {
+        // No room below that range: any port the system finds free.
+        return TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+    }
+    let mut next = NEXT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let start = *next.get_or_insert(std::process::id().wrapping_mul(7919) % span);
+    for step in 0..span {
+        let offset = (start + step) % span;
+        let port = u16::try_from(LOWEST + offset).expect("a port below 65536");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            *next = Some((offset + 1) % span);
+            return port;
+        }
+    }
+    panic!("no free port from {LOWEST} to {}", LOWEST + span)
+}
+
 /// Whether `program` is on this machine's PATH and answers `--version`.
 pub fn on_path(program: &str) -> bool {
     std::process::Command::new(program)

@@ -6,7 +6,6 @@
 //! `initdb` and `postgres` refuse to run as root: as root, they run as the
 //! `postgres` user (`runuser`), in a directory handed to that user.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
@@ -78,10 +77,7 @@ impl Server {
                 .arg(dir.path())
                 .output());
         }
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = crate::harness::free_port();
         let server = Server {
             programs,
             dir,

@@ -4,7 +4,6 @@
 //! while its steps retry over the broken connection.
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,10 +45,7 @@ impl Server {
     /// Starts one, or `None` where this machine has no `redis-server` (a
     /// failure in CI).
     pub fn start() -> Option<Server> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = crate::harness::free_port();
         let dir = tempfile::tempdir().expect("a directory");
         let mut server = Server {
             port,

@@ -12,7 +12,6 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -41,60 +40,16 @@ pub struct Ports {
     pub bus: u16,
 }
 
-/// Six pairs of ports that were free a moment ago.
-///
-/// They come from below the range the system hands out for outgoing
-/// connections, so that no client's socket takes one between now and its
-/// node's start, and no port is handed out twice in one process: clusters
-/// started at the same time never share one. A node whose port was taken
-/// all the same fails its start (see [`Node::start`]).
+/// Six pairs of ports that were free a moment ago, none handed out before
+/// in this process ([`crate::harness::free_port`]). A node whose port was
+/// taken all the same fails its start (see [`Node::start`]).
 pub fn free_ports() -> Vec<Ports> {
-    let ports: Vec<u16> = std::iter::from_fn(next_port).take(12).collect();
-    ports
-        .chunks(2)
-        .map(|pair| Ports {
-            port: pair[0],
-            bus: pair[1],
+    (0..6)
+        .map(|_| Ports {
+            port: crate::harness::free_port(),
+            bus: crate::harness::free_port(),
         })
         .collect()
-}
-
-/// The lowest port the system hands out for outgoing connections: Linux's
-/// `ip_local_port_range`, or the start of the range other systems use.
-fn outgoing_ports_start() -> u16 {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse().ok())
-        .unwrap_or(32768)
-}
-
-/// The next port of this process's walk through the ports below
-/// [`outgoing_ports_start`], from 10000, that is free now. The walk starts
-/// at a place of the process's own, so that two test processes at once
-/// start far apart, and hands no port out twice until it has gone round.
-fn next_port() -> Option<u16> {
-    use std::sync::Mutex;
-    static NEXT: Mutex<Option<u32>> = Mutex::new(None);
-    const LOWEST: u32 = 10_000;
-    let span = u32::from(outgoing_ports_start()).saturating_sub(LOWEST);
-    if span < 1_000 {
-        // No room below that range: any port the system finds free.
-        return TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .ok();
-    }
-    let mut next = NEXT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let start = *next.get_or_insert(std::process::id().wrapping_mul(7919) % span);
-    for step in 0..span {
-        let offset = (start + step) % span;
-        let port = u16::try_from(LOWEST + offset).expect("below the outgoing ports");
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            *next = Some((offset + 1) % span);
-            return Some(port);
-        }
-    }
-    panic!("no free port below {}", LOWEST + span)
 }
 
 /// One `redis-server`, under the shell that kills it.
