@@ -32,6 +32,8 @@ end
 redis.register_function('claim', claim)
 redis.register_function('empty', empty)"
 cli FUNCTION LOAD REPLACE "$library" >/dev/null
+# What it loads and writes goes, however the script ends.
+trap 'cli -n "$DB" FLUSHDB >/dev/null; cli FUNCTION DELETE idempotent_bench >/dev/null' EXIT
 SHA="$(cli SCRIPT LOAD "$(cat "$CLAIM")")"
 EMPTY="$(cli SCRIPT LOAD "return 1")"
 PID="$(cli INFO server | tr -d '\r' | sed -n 's/^process_id:\([0-9]*\)$/\1/p')"
@@ -70,6 +72,4 @@ for round in $(seq 1 "${ROUNDS:-4}"); do
     one "$round empty FCALL" fcall FCALL empty 0
   fi
 done
-cli -n "$DB" FLUSHDB >/dev/null
-cli FUNCTION DELETE idempotent_bench >/dev/null
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
